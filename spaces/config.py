@@ -1,0 +1,240 @@
+"""The sweep file's schema: one typed model per concern, every default here and only here."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+
+
+class _Section(BaseModel):
+    """Base of every section: unknown keys are errors, so typos never pass silently."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Task(str, Enum):
+    classification = "classification"
+    causal_lm = "causal_lm"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+class Method(str, Enum):
+    full = "full"
+    lora = "lora"
+
+
+class Quantization(str, Enum):
+    none = "none"
+    int8 = "int8"
+    nf4 = "nf4"
+
+
+class SplitSizes(_Section):
+    """How many rows each split gets: fractions of the cleaned rows (< 1) or row counts (>= 1)."""
+
+    train: float = Field(0.8, gt=0, description="Training split: a fraction (0-1) or a row count.")
+    validation: float = Field(0.1, gt=0, description="Validation split, evaluated during trials.")
+    test: float = Field(0.1, gt=0, description="Test split, measured only at export.")
+
+    @model_validator(mode="after")
+    def _fractions_or_counts(self) -> "SplitSizes":
+        sizes = (self.train, self.validation, self.test)
+        fractions = [s < 1 for s in sizes]
+        if any(fractions) and not all(fractions):
+            raise ValueError(
+                f"splits must be all fractions (< 1) or all row counts (>= 1), but got {sizes}; "
+                "write e.g. {train: 0.8, validation: 0.1, test: 0.1} or {train: 6000, validation: 500, test: 2000}"
+            )
+        if all(fractions) and sum(sizes) > 1 + 1e-9:
+            raise ValueError(
+                f"split fractions must sum to at most 1, but train + validation + test = {sum(sizes):g}; "
+                "lower one of them"
+            )
+        if not any(fractions) and any(s != int(s) for s in sizes):
+            raise ValueError(f"row counts must be whole numbers, but got {sizes}")
+        return self
+
+
+class DataConfig(_Section):
+    """Where the data is and how to read it."""
+
+    path: str = Field(description="CSV, TSV, JSONL or Parquet file; relative to the sweep file, or pkg://package/inside/path.")
+    format: Literal["auto", "csv", "tsv", "jsonl", "parquet"] = Field("auto", description="File format; auto = by extension.")
+    encoding: str = Field("utf-8", description="Text encoding of CSV/TSV/JSONL files (utf-8 also accepts a BOM).")
+    task: Task = Field(Task.classification, description="classification (text -> label) or causal_lm (prompt + response).")
+    text_column: str = Field("text", description="Input text column (classification).")
+    label_column: str = Field("label", description="Label column (classification); string labels are mapped to ids.")
+    prompt_column: str = Field("prompt", description="Prompt column (causal_lm); no loss on its tokens.")
+    response_column: str = Field("response", description="Response column (causal_lm); the loss is on these tokens.")
+    splits: SplitSizes = Field(default_factory=SplitSizes, description="Train/validation/test sizes.")
+    max_seq_len: int | None = Field(None, ge=8, description="Token limit; unset = cover the 99th percentile of lengths.")
+    drop_duplicates: bool = Field(True, description="Drop rows whose text repeats an earlier row.")
+    seed: int | None = Field(None, description="Seed of the split; unset = the sweep's seed.")
+
+
+class ModelCandidate(_Section):
+    """One candidate model: a local folder, a hub id (online users), or a GGUF file."""
+
+    name: str = Field(description="Short name used in the space, in MLflow and in the export.", pattern=NAME_PATTERN)
+    path: str | None = Field(None, description="Local model folder; relative to the sweep file, or pkg://package/inside/path.")
+    hub_id: str | None = Field(None, description="Hugging Face hub id, for machines that can download.")
+    gguf_file: str | None = Field(None, description="GGUF file name inside `path` (dequantized at load).")
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit) for hub_id.")
+    config_overrides: dict[str, Any] = Field(default_factory=dict, description="Config fields to change at load, e.g. num_hidden_layers: 3.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelCandidate":
+        if (self.path is None) == (self.hub_id is None):
+            raise ValueError(
+                f"model '{self.name}' needs exactly one of `path` (a local folder) or `hub_id`, "
+                f"but got path={self.path!r}, hub_id={self.hub_id!r}"
+            )
+        return self
+
+
+class FloatRange(_Section):
+    """A continuous dimension sampled between low and high."""
+
+    low: float = Field(description="Smallest value.")
+    high: float = Field(description="Largest value.")
+    log: bool = Field(False, description="Sample on a log scale.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "FloatRange":
+        if self.low > self.high:
+            raise ValueError(f"`low <= high` must hold, but got (low={self.low:g}, high={self.high:g}); swap them")
+        if self.log and self.low <= 0:
+            raise ValueError(f"a log-scale range needs low > 0, but got low={self.low:g}")
+        return self
+
+
+def _default_lr() -> FloatRange:
+    return FloatRange(low=1e-5, high=3e-4, log=True)
+
+
+FloatDim = Annotated[float | FloatRange, Field(union_mode="left_to_right")]
+
+
+class SpaceConfig(_Section):
+    """The search space. A list is a categorical choice; {low, high} a range; a plain value is fixed."""
+
+    learning_rate: FloatDim = Field(default_factory=_default_lr, description="Peak learning rate (log-uniform range by default).")
+    effective_batch_size: list[Annotated[int, Field(ge=1)]] = Field([16, 32], min_length=1, description="Samples per optimizer step; the probe picks the micro-batch.")
+    precision: list[Precision] = Field([Precision.fp32, Precision.bf16], min_length=1, description="Training precisions to try.")
+    model: list[str] | None = Field(None, description="Candidate names to try; unset = every entry of `models`.")
+    method: list[Method] = Field([Method.full], min_length=1, description="full fine-tuning and/or lora.")
+    lora_r: list[Annotated[int, Field(ge=1)]] = Field([8, 16], min_length=1, description="LoRA rank (only sampled for lora).")
+    lora_alpha: list[Annotated[int, Field(ge=1)]] = Field([16, 32], min_length=1, description="LoRA alpha (only sampled for lora).")
+    lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
+    warmup_ratio: FloatDim = Field(0.06, description="Fraction of max_steps spent warming up.")
+    weight_decay: FloatDim = Field(0.01, description="AdamW weight decay.")
+
+    @field_validator("warmup_ratio")
+    @classmethod
+    def _warmup_in_unit(cls, value: float | FloatRange) -> float | FloatRange:
+        low, high = (value, value) if isinstance(value, float) else (value.low, value.high)
+        if low < 0 or high >= 1:
+            raise ValueError(f"warmup_ratio must lie in [0, 1), but got {low:g}..{high:g}")
+        return value
+
+
+class AshaConfig(_Section):
+    """Asynchronous successive halving on the intermediate evaluations."""
+
+    grace_period: int = Field(1, ge=1, description="Evaluations every trial gets before it can be stopped.")
+    reduction_factor: int = Field(3, ge=2, description="Keep the best 1/reduction_factor at each rung.")
+
+
+class SearchConfig(_Section):
+    """How trials are sampled, run and stopped."""
+
+    algorithm: Literal["tpe", "random"] = Field("tpe", description="Optuna sampler: multivariate TPE, or random.")
+    scheduler: Literal["asha", "none"] = Field("asha", description="Early stopping of poor trials.")
+    asha: AshaConfig = Field(default_factory=AshaConfig, description="ASHA settings.")
+    num_trials: int = Field(8, ge=1, description="Trials to run.")
+    max_concurrent_trials: int = Field(1, ge=1, description="Trials running at once.")
+    metric: str = Field("eval_loss", description="Evaluation metric the search optimises, e.g. eval_accuracy, eval_f1_macro, eval_loss.")
+    mode: Literal["min", "max"] = Field("min", description="Whether the metric is minimised or maximised.")
+    eval_every_steps: int = Field(50, ge=1, description="Optimizer steps between evaluations (each one reported to ASHA and MLflow).")
+    max_steps: int = Field(200, ge=1, description="Optimizer steps per trial at most.")
+    keep_checkpoints: int = Field(2, ge=1, description="Best checkpoints each trial keeps on disk.")
+
+    @model_validator(mode="after")
+    def _eval_fits(self) -> "SearchConfig":
+        if self.eval_every_steps > self.max_steps:
+            raise ValueError(
+                f"eval_every_steps ({self.eval_every_steps}) must be <= max_steps ({self.max_steps}), "
+                "or no trial is ever evaluated"
+            )
+        return self
+
+
+class ResourcesConfig(_Section):
+    """What each trial and the probe may use."""
+
+    cpus_per_trial: float = Field(2, gt=0, description="CPU cores reserved for one trial.")
+    gpus_per_trial: float = Field(0, ge=0, description="GPUs for one trial (fractions share a GPU).")
+    memory_budget: str = Field("6GiB", pattern=r"^\s*\d+(\.\d+)?\s*([KMGT]i?B|B)?\s*$", description="CPU probe: peak resident memory allowed for one training process (e.g. 6GiB).")
+    max_micro_batch: int | None = Field(None, ge=1, description="Largest micro-batch the probe tries; unset = the largest effective batch.")
+
+
+class TrackingConfig(_Section):
+    """Where MLflow records the sweep."""
+
+    uri: str | None = Field(None, description="MLflow tracking URI; unset = a SQLite store in the sweep folder.")
+    experiment: str | None = Field(None, description="MLflow experiment name; unset = the sweep's name.")
+
+
+class ExportConfig(_Section):
+    """What is done with the best checkpoint."""
+
+    quantization: list[Quantization] = Field([Quantization.int8], min_length=1, description="Quantized exports to make and measure (none, int8, nf4).")
+    output_dir: str | None = Field(None, description="Export folder; unset = <sweep folder>/export.")
+    max_metric_drop: float = Field(0.01, ge=0, description="Warn when a quantized model's metric falls by more than this.")
+
+
+class SweepConfig(_Section):
+    """A whole sweep file."""
+
+    name: str = Field(description="Sweep name: the folder under output_root and the MLflow experiment.", pattern=NAME_PATTERN)
+    seed: int = Field(42, description="Seed of splits, sampler and training.")
+    output_root: str = Field("runs", description="Folder holding each sweep's folder (relative to the working directory).")
+    trust_remote_code: bool = Field(False, description="Allow model code from the model folder or hub to run.")
+    data: DataConfig
+    models: list[ModelCandidate] = Field(min_length=1, description="Candidate models.")
+    space: SpaceConfig = Field(default_factory=SpaceConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    export: ExportConfig = Field(default_factory=ExportConfig)
+
+    @model_validator(mode="after")
+    def _space_names_models(self) -> "SweepConfig":
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"model names must be unique, but got {names}")
+        unknown = [n for n in (self.space.model or []) if n not in names]
+        if unknown:
+            raise ValueError(
+                f"space.model names {unknown} that no entry of `models` has; known names are {names}"
+            )
+        return self
+
+    @property
+    def model_names(self) -> list[str]:
+        """The candidates the space chooses from."""
+        return self.space.model or [m.name for m in self.models]
+
+    def candidate(self, name: str) -> ModelCandidate:
+        """The model entry called `name`."""
+        return next(m for m in self.models if m.name == name)

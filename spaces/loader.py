@@ -1,0 +1,181 @@
+"""Read a sweep file, validate all of it, and report every problem at once in the user's words."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from finesweep.spaces.config import NAME_PATTERN, SweepConfig
+
+PACKAGE_SCHEME = "pkg://"
+_UNION_MEMBER_TAGS = {"float", "int", "str", "list[int]", "list[str]", "none"}
+
+
+
+def _is_member_tag(part: object) -> bool:
+    """pydantic names a union member in an error's location ('float', 'function-after[..., FloatRange]')."""
+    return isinstance(part, str) and (part in _UNION_MEMBER_TAGS or "[" in part or "FloatRange" in part)
+
+
+class SweepFileError(ValueError):
+    """A sweep file the user must fix; the message is written for them, with no traceback."""
+
+
+def load(path: str | Path) -> SweepConfig:
+    """Parse and validate a sweep file; local paths in it become absolute."""
+    path = Path(path)
+    raw = _read_yaml(path)
+    try:
+        config = SweepConfig.model_validate(raw)
+    except ValidationError as error:
+        raise SweepFileError(_describe(path, error, raw)) from None
+    return _resolve_paths(config, path.resolve().parent, path)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise SweepFileError(f"sweep file {path}: not found. Check the path, or write one (see README, 'The sweep file').")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise SweepFileError(f"sweep file {path}: not valid YAML ({error}). Fix the syntax at the line shown.") from None
+    except UnicodeDecodeError as error:
+        raise SweepFileError(f"sweep file {path}: not UTF-8 text ({error}). Save it as UTF-8.") from None
+    if not isinstance(raw, dict):
+        raise SweepFileError(
+            f"sweep file {path}: the top level must be a mapping (name:, data:, models:, ...), "
+            f"but got {type(raw).__name__}. See README, 'The sweep file'."
+        )
+    return raw
+
+
+def _describe(path: Path, error: ValidationError, raw: dict[str, Any]) -> str:
+    problems = [_describe_one(item, raw) for item in error.errors() if _is_relevant(item, raw)]
+    problems = list(dict.fromkeys(problems))  # a union reports one input once per member
+    head = f"sweep file {path}: {len(problems)} problem{'s' if len(problems) > 1 else ''}:"
+    return "\n".join([head, *(f"  - {p}" for p in problems)])
+
+
+def _is_relevant(item: dict[str, Any], raw: dict[str, Any]) -> bool:
+    """Of a union's per-member errors keep the member matching the input's shape (range vs value)."""
+    loc = item["loc"]
+    for i, part in enumerate(loc):
+        if _is_member_tag(part):
+            given = _lookup(raw, [p for p in loc[:i] if not _is_member_tag(p)])
+            return ("FloatRange" in part) == isinstance(given, dict)
+    return True
+
+
+def _describe_one(item: dict[str, Any], raw: dict[str, Any]) -> str:
+    loc = [p for p in item["loc"] if not _is_member_tag(p)]
+    where = _yaml_path(loc) or "(top level)"
+    kind = item["type"]
+    if kind == "extra_forbidden":
+        return f"{where}: unknown key. {_suggest(loc, raw)}"
+    if kind == "missing":
+        return f"{where}: required but missing. Add it (see README, 'The sweep file')."
+    found = item.get("input")
+    if kind == "string_pattern_mismatch" and item.get("ctx", {}).get("pattern") == NAME_PATTERN:
+        return f"{where}: use only letters, digits, '.', '_' and '-', but found {found!r}. Rename it, e.g. {re.sub(r'[^A-Za-z0-9_.-]+', '-', str(found))!r}."
+    message = item["msg"].removeprefix("Value error, ")
+    found_text = "" if kind == "value_error" or isinstance(found, dict) else f", but found {found!r}"
+    return f"{where}: {message}{found_text}."
+
+
+def _suggest(loc: list[Any], raw: dict[str, Any]) -> str:
+    key = str(loc[-1])
+    model = _model_at(loc[:-1])
+    known = sorted(model.model_fields) if model else []
+    close = difflib.get_close_matches(key, known, n=1)
+    if close:
+        return f"Did you mean `{close[0]}`? Known keys here: {', '.join(known)}."
+    return f"Remove it; known keys here: {', '.join(known)}."
+
+
+def _model_at(loc: list[Any]) -> type[BaseModel] | None:
+    """The pydantic model describing the mapping at `loc`, for listing its keys."""
+    model: Any = SweepConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if model else None
+        if field is None:
+            return None
+        model = _first_model(field.annotation)
+    return model
+
+
+def _first_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _first_model(arg)
+        if found:
+            return found
+    return None
+
+
+def _yaml_path(loc: list[Any]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _lookup(raw: Any, loc: list[Any]) -> Any:
+    for part in loc:
+        try:
+            raw = raw[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return raw
+
+
+def resolve_path(value: str, base_dir: Path) -> Path:
+    """A path from the sweep file: pkg://package/rest is inside an installed package; else relative to base_dir."""
+    if value.startswith(PACKAGE_SCHEME):
+        package, _, rest = value[len(PACKAGE_SCHEME):].partition("/")
+        # find_spec locates the folder without importing the package (some fail to import).
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(
+                f"{value}: no installed package named '{package}'. Install it (pip install {package.replace('_', '-')}) "
+                "or give a plain path"
+            )
+        return Path(list(spec.submodule_search_locations)[0]) / rest
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (base_dir / path).resolve()
+
+
+def _resolve_paths(config: SweepConfig, base_dir: Path, sweep_path: Path) -> SweepConfig:
+    problems: list[str] = []
+
+    def resolved(where: str, value: str) -> str:
+        try:
+            return str(resolve_path(value, base_dir))
+        except FileNotFoundError as error:
+            problems.append(f"{where}: {error}.")
+            return value
+
+    data = config.data.model_copy(update={"path": resolved("data.path", config.data.path)})
+    models = [
+        m.model_copy(update={"path": resolved(f"models[{i}].path", m.path)}) if m.path else m
+        for i, m in enumerate(config.models)
+    ]
+    if problems:
+        raise SweepFileError("\n".join([f"sweep file {sweep_path}: {len(problems)} problem(s):", *(f"  - {p}" for p in problems)]))
+    return config.model_copy(update={"data": data, "models": models})
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the sweep file, for editors."""
+    schema = SweepConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "finesweep sweep file"
+    return schema

@@ -1,0 +1,15 @@
+"""Human byte sizes as written in sweep files."""
+
+import re
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """'6GiB' -> 6442450944; '500MB' -> 500000000."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).upper() if match else None
+    if not match or unit not in _UNITS:
+        raise ValueError(f"not a byte size: {text!r}; write e.g. 6GiB or 500MB")
+    return int(float(match.group(1)) * _UNITS[unit])
