@@ -1,0 +1,1 @@
+"""The controller: CLI, sweep orchestration, Ray Tune wiring, probe, best checkpoint, export."""
