@@ -1,0 +1,37 @@
+"""Shared fixtures: tiny models and data, built once per test session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+from tests import tiny  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier(tmp_path_factory) -> Path:
+    """Folder of a tiny BERT sequence classifier and its tokenizer."""
+    return tiny.build_tiny_classifier(tmp_path_factory.mktemp("tiny-classifier"))
+
+
+@pytest.fixture(scope="session")
+def tiny_causal_lm(tmp_path_factory) -> Path:
+    """Folder of a tiny GPT-2 and its tokenizer (which has no pad token)."""
+    return tiny.build_tiny_causal_lm(tmp_path_factory.mktemp("tiny-causal-lm"))
+
+
+@pytest.fixture
+def sentiment_csv(tmp_path) -> Path:
+    """A small clean three-class CSV with columns text, label."""
+    return tiny.write_csv(tmp_path / "sentiment.csv", tiny.sentiment_rows(300))
+
+
+@pytest.fixture
+def instructions_csv(tmp_path) -> Path:
+    """A small prompt/response CSV."""
+    return tiny.write_csv(tmp_path / "instructions.csv", tiny.instruction_rows(200))
