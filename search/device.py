@@ -1,0 +1,57 @@
+"""Resolve the training device once, honestly, and say which precisions it can train in."""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+from dataclasses import dataclass
+
+from finesweep.spaces import Precision
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Device:
+    """The device trials train on."""
+
+    kind: str  # "cuda" or "cpu"
+    name: str
+    total_memory: int  # bytes of GPU memory (cuda) or of RAM (cpu)
+    count: int = 1
+    bf16: bool = True
+    fp16: bool = False
+
+    def supports(self, precision: str) -> tuple[bool, str]:
+        """Whether trials can train in `precision` here, and if not, why."""
+        if precision == Precision.fp16.value and not self.fp16:
+            return False, "fp16 mixed precision needs a CUDA GPU"
+        if precision == Precision.bf16.value and not self.bf16:
+            return False, f"{self.name} has no bfloat16 support"
+        return True, ""
+
+
+def resolve_device() -> Device:
+    """CUDA when torch sees a GPU, else the CPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        return Device("cuda", props.name, props.total_memory, torch.cuda.device_count(),
+                      bf16=torch.cuda.is_bf16_supported(), fp16=True)
+    return Device("cpu", platform.processor() or platform.machine(), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def usable_precisions(requested: list[str], device: Device) -> list[str]:
+    """The requested precisions this device trains in; each one removed is logged with its reason."""
+    usable = []
+    for precision in requested:
+        ok, reason = device.supports(precision)
+        if ok:
+            usable.append(precision)
+        else:
+            log.warning("precision %s removed from the space: %s", precision, reason)
+    if not usable:
+        raise ValueError(f"space.precision: none of {requested} can train on {device.name}; add fp32")
+    return usable

@@ -1,0 +1,109 @@
+"""Measure a model on a tokenized split outside the Trainer: metrics, loss and latency, for full and quantized models."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from finesweep.spaces import Task
+from finesweep.trainer.metrics import accuracy_and_f1
+
+if TYPE_CHECKING:
+    import torch
+    from datasets import Dataset
+
+# Label positions the loss ignores (prompt and padding tokens of a causal LM).
+IGNORE_INDEX = -100
+
+
+def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batch_size: int = 32) -> dict[str, float]:
+    """Metrics of `model` on `dataset` (rows of input_ids, attention_mask, labels), plus latency per sample.
+
+    classification: accuracy, f1_macro, loss; causal_lm: loss (mean over response tokens) and perplexity.
+    """
+    import torch
+
+    device = _model_device(model)
+    model.eval()
+    tally = _ClassTally() if Task(task) == Task.classification else _TokenTally()
+    start = time.perf_counter()
+    with torch.no_grad():
+        for batch in _batches(dataset, collate, batch_size):
+            batch = {key: value.to(device) for key, value in batch.items()}
+            tally.add(model(**batch), batch["labels"])
+    seconds = time.perf_counter() - start
+    metrics = tally.result()
+    metrics["latency_ms_per_sample"] = 1000 * seconds / max(len(dataset), 1)
+    return metrics
+
+
+def folder_size_bytes(folder: Path) -> int:
+    """Bytes of the weights (*.safetensors) in `folder`: the size a user downloads and loads."""
+    return sum(path.stat().st_size for path in Path(folder).glob("*.safetensors"))
+
+
+def _model_device(model: Any) -> "torch.device":
+    """Where the inputs go: the model's own device if it is on CUDA (quantized models cannot move), else CPU."""
+    import torch
+
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        return device
+    if device.type != "cpu":
+        model.to("cpu")
+    return torch.device("cpu")
+
+
+def _batches(dataset: "Dataset", collate: Callable, batch_size: int):
+    """Collated batches of the model's input columns only (extra columns would reach forward())."""
+    columns = [c for c in ("input_ids", "attention_mask", "labels") if c in dataset.column_names]
+    for start in range(0, len(dataset), batch_size):
+        rows = dataset.select(range(start, min(start + batch_size, len(dataset))))
+        yield collate([{c: row[c] for c in columns} for row in rows])
+
+
+class _ClassTally:
+    """Predictions and size-weighted loss over the batches of a classification split."""
+
+    def __init__(self) -> None:
+        self.predicted: list[np.ndarray] = []
+        self.labels: list[np.ndarray] = []
+        self.loss_sum = 0.0
+
+    def add(self, output: Any, labels: "torch.Tensor") -> None:
+        self.predicted.append(output.logits.argmax(dim=-1).cpu().numpy())
+        self.labels.append(labels.cpu().numpy())
+        self.loss_sum += float(output.loss) * len(labels)  # the model's loss is a batch mean
+
+    def result(self) -> dict[str, float]:
+        if not self.labels:
+            return {"accuracy": math.nan, "f1_macro": math.nan, "loss": math.nan}
+        predicted, labels = np.concatenate(self.predicted), np.concatenate(self.labels)
+        return {**accuracy_and_f1(predicted, labels), "loss": self.loss_sum / len(labels)}
+
+
+class _TokenTally:
+    """Token-weighted loss of a causal LM: every response token counts once, however the batches fall."""
+
+    def __init__(self) -> None:
+        self.loss_sum = 0.0
+        self.tokens = 0
+
+    def add(self, output: Any, labels: "torch.Tensor") -> None:
+        import torch
+
+        # Recompute from the logits: the model's loss is a mean per batch, and batches hold different token counts.
+        logits = output.logits[:, :-1, :].float()
+        targets = labels[:, 1:]
+        self.loss_sum += float(torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+        ))
+        self.tokens += int((targets != IGNORE_INDEX).sum())
+
+    def result(self) -> dict[str, float]:
+        loss = self.loss_sum / self.tokens if self.tokens else math.nan
+        return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)) if self.tokens else math.nan}

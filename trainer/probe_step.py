@@ -1,0 +1,191 @@
+"""One probe attempt: real training steps at one micro-batch and the longest sequence, with the peak memory.
+
+Runs inside a dedicated probe process (see `worker_main`), never in the controller or a trial, so
+whatever an attempt leaves behind cannot weigh on the trials.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from finesweep.spaces import Method, ModelCandidate, Precision, Task
+
+_STEPS_PER_ATTEMPT = 2  # the first step allocates optimizer state; the second is the one timed
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """One combination at one micro-batch."""
+
+    candidate: dict[str, Any]
+    task: str
+    num_labels: int
+    precision: str
+    method: str
+    seq_len: int
+    batch: int
+    trust_remote_code: bool = False
+    lora_r: int = 8
+
+
+@dataclass(frozen=True)
+class ProbeAttempt:
+    """What one attempt measured."""
+
+    batch: int
+    peak_bytes: int
+    seconds_per_step: float
+    out_of_memory: bool = False
+    error: str | None = None
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.batch / self.seconds_per_step if self.seconds_per_step > 0 else 0.0
+
+
+class MemoryGauge(Protocol):
+    """Peak memory of the device the probe trains on."""
+
+    def reset(self) -> None: ...
+
+    def peak(self) -> int: ...
+
+
+class ProcessMemoryGauge:
+    """CPU: the probe process's peak resident set (VmHWM), which Linux resets through clear_refs."""
+
+    def reset(self) -> None:
+        gc.collect()
+        _return_freed_memory_to_os()
+        Path("/proc/self/clear_refs").write_text("5")
+
+    def peak(self) -> int:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("VmHWM missing from /proc/self/status")
+
+
+class CudaMemoryGauge:
+    """CUDA: the allocator's peak (torch.cuda.max_memory_allocated)."""
+
+    def reset(self) -> None:
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+    def peak(self) -> int:
+        import torch
+
+        return int(torch.cuda.max_memory_allocated())
+
+
+def _return_freed_memory_to_os() -> None:
+    # glibc keeps freed heap pages; without a trim a small attempt after a big one reads the big one's peak.
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+
+
+class _ModelCache:
+    """Keeps the last loaded model, so attempts at several batch sizes load it once."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.model = None
+
+    def get(self, request: ProbeRequest, device: str):
+        key = (repr(request.candidate), request.task, request.method, request.num_labels)
+        if key != self.key:
+            self.model, self.key = None, None
+            gc.collect()
+            self.model = _load(request).to(device)
+            self.key = key
+        return self.model
+
+
+def _load(request: ProbeRequest):
+    from finesweep.trainer import models
+
+    task = Task(request.task)
+    labels = [str(i) for i in range(request.num_labels)] if task == Task.classification else None
+    model = models.load_model(ModelCandidate(**request.candidate), task, labels, request.trust_remote_code)
+    if request.method == Method.lora.value:
+        model = models.apply_lora(model, task, request.lora_r, 2 * request.lora_r, 0.0)
+    return model
+
+
+def run_attempt(request: ProbeRequest, cache: _ModelCache, gauge: MemoryGauge, device: str) -> ProbeAttempt:
+    """Train `_STEPS_PER_ATTEMPT` real steps at request.batch; out-of-memory is a result, not a crash."""
+    import torch
+
+    model = cache.get(request, device)
+    gauge.reset()
+    try:
+        seconds = _train_steps(model, request, device)
+    except torch.OutOfMemoryError:
+        return ProbeAttempt(request.batch, gauge.peak(), 0.0, out_of_memory=True)
+    return ProbeAttempt(request.batch, gauge.peak(), seconds)
+
+
+def _train_steps(model, request: ProbeRequest, device: str) -> float:
+    import torch
+
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-6)
+    inputs = _fake_batch(model, request, device)
+    dtype = {Precision.bf16.value: torch.bfloat16, Precision.fp16.value: torch.float16}.get(request.precision)
+    seconds = 0.0
+    try:
+        for _ in range(_STEPS_PER_ATTEMPT):
+            start = time.perf_counter()
+            with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
+                loss = model(**inputs).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+    finally:
+        del optimizer, inputs
+    return seconds
+
+
+def _fake_batch(model, request: ProbeRequest, device: str) -> dict:
+    """A batch of the longest sequences the trials will see (padding never shortens a probe)."""
+    import torch
+
+    vocab = model.config.get_text_config().vocab_size
+    shape = (request.batch, request.seq_len)
+    input_ids = torch.randint(0, vocab, shape, device=device)
+    if request.task == Task.classification.value:
+        labels = torch.randint(0, request.num_labels, (request.batch,), device=device)
+    else:
+        labels = input_ids.clone()
+    return {"input_ids": input_ids, "attention_mask": torch.ones(shape, dtype=torch.long, device=device), "labels": labels}
+
+
+def worker_main(connection, device: str, threads: int) -> None:
+    """Probe process loop: receive a ProbeRequest as a dict, answer a ProbeAttempt as a dict; None ends it."""
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    gauge: MemoryGauge = CudaMemoryGauge() if device == "cuda" else ProcessMemoryGauge()
+    cache = _ModelCache()
+    while (message := connection.recv()) is not None:
+        request = ProbeRequest(**message)
+        try:
+            attempt = run_attempt(request, cache, gauge, device)
+        except Exception as error:  # a broken model must not take the probe down with it
+            attempt = ProbeAttempt(request.batch, 0, 0.0, error=f"{type(error).__name__}: {error}")
+        connection.send(asdict(attempt))

@@ -1,0 +1,143 @@
+"""Quantize a full-precision checkpoint with bitsandbytes (int8 or NF4) and save it as a loadable folder.
+
+bitsandbytes is imported here and only here (`_bnb_config`), so CPU-only machines without it still import
+finesweep, and a missing install fails with one clear message.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from finesweep.spaces import Quantization, Task
+
+if TYPE_CHECKING:
+    from transformers import BitsAndBytesConfig, PreTrainedModel
+
+log = logging.getLogger(__name__)
+
+# Heads stay in full precision: they are tiny and their rounding moves every prediction.
+HEAD_MODULES = ["classifier", "score"]
+# bitsandbytes' CPU 4-bit kernel (AVX-512 bf16) repacks a weight [out, in] at its first forward pass and needs
+# out % 32 == 0 and in % blocksize == 0; other layers crash there, so NF4 leaves them in full precision.
+NF4_BLOCKSIZE = 64
+CPU_PACK_ROWS = 32
+
+
+def quantize(full_dir: Path, method: Quantization, out_dir: Path, task: Task) -> Path:
+    """Reload `full_dir` quantized with `method`, save it with its tokenizer to `out_dir`; returns `out_dir`."""
+    method = Quantization(method)
+    if method == Quantization.none:
+        raise ValueError("quantize() needs method int8 or nf4; Quantization.none means: export the full model only")
+    full_dir, out_dir = Path(full_dir), Path(out_dir)
+    skip = _skipped_modules(full_dir, method, task)
+    model = _load_quantized(full_dir, method, task, skip)
+    # Save before any forward pass: on an AVX-512 bf16 CPU the first 4-bit forward repacks the weights in place,
+    # and a folder saved after it reloads degraded (FACTS.md).
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    _copy_tokenizer(full_dir, out_dir)
+    log.info("%s: saved %s quantization to %s (full precision kept: %s)", full_dir.name, method.value, out_dir, skip)
+    return out_dir
+
+
+def _auto_class(task: Task):
+    """The transformers auto class a checkpoint of `task` loads with."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification if Task(task) == Task.classification else AutoModelForCausalLM
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _load_quantized(full_dir: Path, method: Quantization, task: Task, skip: list[str]) -> "PreTrainedModel":
+    """The checkpoint loaded through BitsAndBytesConfig, weights quantized on load."""
+    device = _device()
+    config = _bnb_config(method, device, skip)
+    return _auto_class(task).from_pretrained(full_dir, quantization_config=config, device_map=device)
+
+
+def _bnb_config(method: Quantization, device: str, skip: list[str]) -> "BitsAndBytesConfig":
+    """The one place bitsandbytes is required (transformers imports it when the config is used)."""
+    import importlib.util
+
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise RuntimeError("export quantization needs bitsandbytes: pip install bitsandbytes (or set export.quantization: [none])")
+    if method == Quantization.int8:
+        return BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=skip)
+    # bf16 compute is the fast path on CUDA; on CPU float32 keeps the activations exact.
+    compute = torch.bfloat16 if device == "cuda" else torch.float32
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute, llm_int8_skip_modules=skip
+    )
+
+
+def _skipped_modules(full_dir: Path, method: Quantization, task: Task) -> list[str]:
+    """Modules kept in full precision: heads, output embeddings, and for NF4 the layers the CPU kernel rejects.
+
+    Passing llm_int8_skip_modules replaces transformers' default skips (lm_head), so they are added back here.
+    """
+    model = _meta_model(full_dir, task)
+    skip = [name for name, _ in model.named_modules() if name.split(".")[-1] in HEAD_MODULES]
+    skip += _output_embedding_names(model)
+    if method == Quantization.nf4:
+        unpackable = [name for name, shape in _linear_shapes(model) if not _cpu_packable(*shape)]
+        if unpackable:
+            log.info("nf4: %d layers stay full precision (shape unsupported by bitsandbytes' CPU kernel): %s",
+                     len(unpackable), unpackable)
+        skip += unpackable
+    return sorted(set(skip))
+
+
+def _meta_model(full_dir: Path, task: Task) -> "PreTrainedModel":
+    """The architecture without weights (on the meta device), only to read module names and shapes."""
+    import torch
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(full_dir)
+    with torch.device("meta"):
+        return _auto_class(task).from_config(config)
+
+
+def _output_embeddings_of(model: "PreTrainedModel"):
+    get = getattr(model, "get_output_embeddings", None)
+    return get() if get else None
+
+
+def _output_embedding_names(model: "PreTrainedModel") -> list[str]:
+    """Names of the LM head (often tied to the input embeddings, which bitsandbytes would break)."""
+    head = _output_embeddings_of(model)
+    return [name for name, module in model.named_modules() if head is not None and module is head]
+
+
+def _linear_shapes(model: "PreTrainedModel") -> list[tuple[str, tuple[int, int]]]:
+    """(name, (out_features, in_features)) of every layer bitsandbytes would replace (Linear and GPT-2's Conv1D)."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    shapes = []
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            shapes.append((name, (module.out_features, module.in_features)))
+        elif isinstance(module, Conv1D):
+            shapes.append((name, (module.nf, module.weight.shape[0])))
+    return shapes
+
+
+def _cpu_packable(out_features: int, in_features: int) -> bool:
+    return out_features % CPU_PACK_ROWS == 0 and in_features % NF4_BLOCKSIZE == 0
+
+
+def _copy_tokenizer(source: Path, out_dir: Path) -> None:
+    """Save the tokenizer next to the weights, so the folder loads on its own."""
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(source).save_pretrained(out_dir)

@@ -1,0 +1,192 @@
+"""One trial as a straight-line recipe: set up -> train -> evaluate at every interval -> save.
+
+The trial knows nothing of Ray or MLflow: every evaluation goes to an `EvaluationSink`
+that the controller supplies (it reports to Tune and logs to MLflow).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from finesweep.spaces import Method, ModelCandidate, Precision, Task
+
+log = logging.getLogger(__name__)
+
+
+class EvaluationSink(Protocol):
+    """Where a trial's numbers go."""
+
+    def on_log(self, step: int, metrics: dict[str, float]) -> None:
+        """Training loss, learning rate and throughput, every few steps."""
+
+    def on_evaluation(self, step: int, metrics: dict[str, float], checkpoint_dir: Path) -> None:
+        """One evaluation on the validation split, with the checkpoint saved at that step."""
+
+
+class DivergedError(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How an effective batch is made: micro-batch x accumulation x devices, exactly."""
+
+    effective: int
+    micro: int
+    accumulation: int
+    devices: int = 1
+
+
+def plan_batches(effective: int, max_micro: int, devices: int = 1) -> BatchPlan:
+    """The largest micro-batch <= max_micro that makes `effective` exactly (never a silently different batch)."""
+    if effective % devices:
+        raise ValueError(f"effective batch {effective} cannot be split evenly over {devices} devices")
+    per_device = effective // devices
+    micro = max(d for d in range(1, min(per_device, max_micro) + 1) if per_device % d == 0)
+    return BatchPlan(effective=effective, micro=micro, accumulation=per_device // micro, devices=devices)
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """Everything one trial needs, as plain data (it crosses into a Ray worker)."""
+
+    candidate: dict[str, Any]
+    task: str
+    label_names: list[str] | None
+    tokenized_dir: str
+    output_dir: str
+    precision: str
+    method: str
+    learning_rate: float
+    weight_decay: float
+    warmup_ratio: float
+    batch: BatchPlan
+    max_steps: int
+    eval_every_steps: int
+    seed: int
+    threads: int
+    trust_remote_code: bool = False
+    lora_r: int | None = None
+    lora_alpha: int | None = None
+    lora_dropout: float = 0.05
+
+    def params(self) -> dict[str, Any]:
+        """The numbers worth logging once per trial."""
+        flat = {k: v for k, v in asdict(self).items() if k not in ("candidate", "label_names", "batch", "tokenized_dir", "output_dir")}
+        flat.update(model=self.candidate["name"], effective_batch_size=self.batch.effective,
+                    micro_batch=self.batch.micro, gradient_accumulation=self.batch.accumulation, devices=self.batch.devices)
+        return flat
+
+
+def train(plan: TrialPlan, sink: EvaluationSink) -> dict[str, float]:
+    """Run the trial to max_steps (unless the scheduler stops it first); returns the last evaluation."""
+    import torch
+
+    torch.set_num_threads(max(1, plan.threads))
+    trainer = _build_trainer(plan, sink)
+    trainer.train()
+    return trainer.state.log_history[-1] if trainer.state.log_history else {}
+
+
+def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
+    from transformers import Trainer
+
+    from finesweep.trainer import data, models
+    from finesweep.trainer.metrics import classification_metrics
+
+    task = Task(plan.task)
+    candidate = ModelCandidate(**plan.candidate)
+    tokenizer = models.load_tokenizer(candidate, plan.trust_remote_code)
+    model = _load_model(plan, candidate, task, tokenizer)
+    splits = data.load_tokenized(Path(plan.tokenized_dir))
+    return Trainer(
+        model=model,
+        args=_training_arguments(plan),
+        train_dataset=splits["train"],
+        eval_dataset=splits["validation"],
+        data_collator=data.collator(tokenizer, task),
+        processing_class=tokenizer,
+        compute_metrics=classification_metrics if task == Task.classification else None,
+        callbacks=[_sink_callback(sink, task)],
+    )
+
+
+def _load_model(plan: TrialPlan, candidate: ModelCandidate, task: Task, tokenizer):
+    from finesweep.trainer import models
+
+    model = models.load_model(candidate, task, plan.label_names, plan.trust_remote_code)
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    if plan.method == Method.lora.value:
+        model = models.apply_lora(model, task, plan.lora_r or 8, plan.lora_alpha or 16, plan.lora_dropout)
+    return model
+
+
+def _training_arguments(plan: TrialPlan):
+    import torch
+    from transformers import TrainingArguments
+
+    on_cuda = torch.cuda.is_available()
+    return TrainingArguments(
+        output_dir=plan.output_dir,
+        max_steps=plan.max_steps,
+        learning_rate=plan.learning_rate,
+        weight_decay=plan.weight_decay,
+        warmup_steps=int(round(plan.warmup_ratio * plan.max_steps)),
+        per_device_train_batch_size=plan.batch.micro,
+        gradient_accumulation_steps=plan.batch.accumulation,
+        per_device_eval_batch_size=max(plan.batch.micro, 32),
+        bf16=plan.precision == Precision.bf16.value,
+        fp16=plan.precision == Precision.fp16.value,
+        use_cpu=not on_cuda,
+        eval_strategy="steps",
+        eval_steps=plan.eval_every_steps,
+        save_strategy="steps",
+        save_steps=plan.eval_every_steps,
+        # Tune copies each reported checkpoint into the sweep's storage and keeps the best k;
+        # the trial folder needs only the latest one.
+        save_total_limit=1,
+        save_only_model=True,
+        logging_steps=max(1, plan.eval_every_steps // 5),
+        seed=plan.seed,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+def _sink_callback(sink: EvaluationSink, task: Task):
+    """A TrainerCallback that hands logs and each evaluation, with its checkpoint, to the sink."""
+    from transformers import TrainerCallback
+
+    from finesweep.trainer.metrics import with_perplexity
+
+    class SinkCallback(TrainerCallback):
+        def __init__(self):
+            self.last_eval: dict[str, float] | None = None
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logs = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, (int, float))}
+            loss = logs.get("loss")
+            if loss is not None and not math.isfinite(loss):
+                raise DivergedError(f"training loss became {loss} at step {state.global_step}")
+            if logs and not any(k.startswith("eval_") for k in logs):
+                sink.on_log(state.global_step, logs)
+
+        def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+            metrics = {k: float(v) for k, v in (metrics or {}).items() if isinstance(v, (int, float))}
+            self.last_eval = with_perplexity(metrics) if task == Task.causal_lm else metrics
+
+        def on_save(self, args, state, control, **kwargs):
+            # The Trainer saves right after evaluating at the same step: report both together.
+            if self.last_eval is None:
+                return
+            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            sink.on_evaluation(state.global_step, self.last_eval, checkpoint)
+            self.last_eval = None
+
+    return SinkCallback()
