@@ -50,10 +50,6 @@ class DataReport:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict) -> "DataReport":
-        return cls(**data)
-
     def render(self) -> str:
         lines = [f"data: {self.source}", f"  rows read: {self.rows_in}"]
         for rule, count in self.dropped.items():
@@ -72,9 +68,6 @@ class PreparedData:
     folder: Path
     report: DataReport
     label_names: list[str] | None
-
-
-# ---------------------------------------------------------------- reading
 
 
 def _format_of(config: DataConfig, path: Path) -> str:
@@ -111,14 +104,24 @@ def _decode(path: Path, raw: bytes, encoding: str) -> str:
 
 
 def _read_delimited(path: Path, text: str, delimiter: str) -> list[dict[str, Any]]:
-    # newline="" semantics: quoted fields keep their \r and \n exactly as written.
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
-    header = next(reader, None)
-    if not header or not any(h.strip() for h in header):
+    # newline="" semantics: quoted fields keep their \r and \n exactly as written; strict: a broken quote is an
+    # error at its line, not the rest of the file swallowed into one field.
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    records, start = [], 1
+    try:
+        for record in reader:
+            records.append(record)
+            start = reader.line_num + 1
+    except csv.Error as err:
+        raise DataError(
+            f"{path}: the record starting at line {start} is not valid CSV ({err}): a quote is not closed, or text follows "
+            "a closing quote. Quote fields holding the delimiter, quotes or line breaks, and double the quotes inside them."
+        ) from None
+    if not records or not any(h.strip() for h in records[0]):
         raise DataError(f"{path}: the file is empty; it needs a header line naming the columns, then one row per example.")
-    header = [h.strip() for h in header]
+    header = [h.strip() for h in records[0]]
     # A short row leaves its last columns empty (then dropped as empty), as pandas would.
-    return [dict(zip(header, row)) for row in reader if row]
+    return [dict(zip(header, row)) for row in records[1:] if row]
 
 
 def _read_jsonl(path: Path, text: str) -> list[dict[str, Any]]:
@@ -178,9 +181,6 @@ def read_rows(config: DataConfig) -> list[dict[str, Any]]:
     if not rows:
         raise DataError(f"{path}: the file has no data rows (only a header, or nothing); add examples, one per row.")
     return rows
-
-
-# ---------------------------------------------------------------- cleaning
 
 
 def _columns(config: DataConfig) -> tuple[str, str]:
@@ -269,25 +269,32 @@ def _drop_duplicates(pairs: list[tuple[str, str]], drops: _Drops, by_text: bool)
     return kept
 
 
-# ---------------------------------------------------------------- splitting
+def _sizes(asked: dict[str, float], available: int) -> dict[str, int]:
+    if any(v >= 1 for v in asked.values()):
+        return {name: int(asked[name]) for name in SPLITS}
+    val, test = (int(round(available * asked[name])) for name in ("validation", "test"))
+    train = available - val - test  # fractions summing to 1 give train every row left
+    if sum(asked.values()) < 1 - 1e-9:
+        train = min(train, int(round(available * asked["train"])))
+    return {"train": train, "validation": val, "test": test}
+
+
+def _enough(sizes: dict[str, int], available: int) -> bool:
+    return min(sizes.values()) >= 1 and sum(sizes.values()) <= available
 
 
 def split_sizes(config: DataConfig, available: int) -> dict[str, int]:
     """Rows per split: fractions of the cleaned rows, or the row counts asked for; DataError if too few rows."""
     asked = config.splits.model_dump()
-    if all(v < 1 for v in asked.values()):
-        sizes = {name: int(round(available * asked[name])) for name in ("validation", "test")}
-        rest = available - sizes["validation"] - sizes["test"]
-        sizes = {"train": rest if sum(asked.values()) > 1 - 1e-9 else min(rest, int(round(available * asked["train"]))), **sizes}
-    else:
-        sizes = {name: int(v) for name, v in asked.items()}
-    if min(sizes.values()) < 1 or sum(sizes.values()) > available:
+    sizes = _sizes(asked, available)
+    if not _enough(sizes, available):
+        needed = next(n for n in range(available + 1, 10**9) if _enough(_sizes(asked, n), n))
         raise DataError(
-            f"{config.path}: {available} rows are left after cleaning, but data.splits {asked} need "
-            f"{max(sum(sizes.values()), 3)} (train {sizes['train']}, validation {sizes['validation']}, test {sizes['test']}, "
-            "each at least 1). Add rows, or lower data.splits in the sweep file."
+            f"{config.path}: {available} rows are left after cleaning, but data.splits "
+            f"(train {asked['train']:g}, validation {asked['validation']:g}, test {asked['test']:g}) need at least "
+            f"{needed}, with every split at least 1 row. Add rows, or lower data.splits in the sweep file."
         )
-    return {name: sizes[name] for name in SPLITS}
+    return sizes
 
 
 def _take(dataset: "Dataset", size: int, seed: int, stratify: str | None) -> tuple["Dataset", "Dataset"]:
@@ -329,9 +336,6 @@ def _to_dataset(config: DataConfig, pairs: list[tuple[str, str]]) -> tuple["Data
         )
     dataset = dataset.class_encode_column("label")  # ClassLabel with sorted names: id = index in label_names
     return dataset, names
-
-
-# ---------------------------------------------------------------- prepare (cached)
 
 
 def _file_hash(path: Path) -> str:
@@ -397,16 +401,19 @@ def prepare(config: DataConfig, seed: int, cache_root: Path) -> PreparedData:
         shutil.rmtree(work, ignore_errors=True)
         _build(config, seed, work)
         _publish(work, final)
-    report = DataReport.from_dict(json.loads((final / "report.json").read_text(encoding="utf-8")))
+    report = DataReport(**json.loads((final / "report.json").read_text(encoding="utf-8")))
     return PreparedData(folder=final, report=report, label_names=report.label_names)
-
-
-# ---------------------------------------------------------------- tokenizing (cached)
 
 
 def _tokenizer_identity(tokenizer: Any) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    vocab = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    if backend is not None:
+        state = json.loads(backend.to_str())
+        # A call with truncation/padding rewrites these in the backend; they are per-call settings, not identity.
+        state.pop("truncation", None), state.pop("padding", None)
+        vocab = json.dumps(state, sort_keys=True)
+    else:
+        vocab = json.dumps(tokenizer.get_vocab(), sort_keys=True)
     parts = [type(tokenizer).__name__, str(tokenizer.name_or_path), str(len(tokenizer)), str(tokenizer.eos_token),
              str(tokenizer.truncation_side), hashlib.sha256(vocab.encode()).hexdigest()]
     return "|".join(parts)
@@ -442,10 +449,6 @@ def _causal_fn(tokenizer: Any, max_seq_len: int):
     return encode
 
 
-def _has_target(example: dict) -> bool:
-    return any(label != -100 for label in example["labels"])
-
-
 def _tokenize_splits(prepared: PreparedData, tokenizer: Any, task: Task, max_seq_len: int, key: str) -> "DatasetDict":
     from datasets import DatasetDict
 
@@ -458,7 +461,7 @@ def _tokenize_splits(prepared: PreparedData, tokenizer: Any, task: Task, max_seq
         mapped = part.map(fn, batched=True, remove_columns=part.column_names, keep_in_memory=True,
                           new_fingerprint=f"{key}-{name}")
         if task == Task.causal_lm:
-            kept = mapped.filter(_has_target, keep_in_memory=True, new_fingerprint=f"{key}-{name}-kept")
+            kept = mapped.filter(lambda row: any(x != -100 for x in row["labels"]), keep_in_memory=True, new_fingerprint=f"{key}-{name}-kept")
             if len(kept) < len(mapped):
                 log.warning("%s: %d of %d rows dropped: max_seq_len %d leaves no response token",
                             name, len(mapped) - len(kept), len(mapped), max_seq_len)

@@ -97,8 +97,11 @@ def test_count_splits_subsample(sentiment_csv, tmp_path):
 
 
 def test_too_few_rows_says_how_many(sentiment_csv, tmp_path):
-    with pytest.raises(DataError, match=r"300 rows .* need 400"):
+    with pytest.raises(DataError, match=r"300 rows .* need at least 400"):
         prepare(_config(sentiment_csv, splits={"train": 300, "validation": 50, "test": 50}), 0, tmp_path)
+    path = _write(tmp_path / "d.csv", [["text", "label"]] + [[f"t{i}", "ab"[i % 2]] for i in range(5)])
+    with pytest.raises(DataError, match=r"5 rows .* need at least 6"):  # 10% of 5 rows rounds to 0
+        prepare(_config(path), 0, tmp_path)
 
 
 def test_same_input_and_seed_give_identical_arrow_files(sentiment_csv, tmp_path):
@@ -189,6 +192,13 @@ def test_jsonl_tsv_and_parquet_inputs(sentiment_csv, tmp_path):
     reference = _all_rows(prepare(_config(sentiment_csv), 0, tmp_path / "csv"))
     for path in (jsonl, tsv, parquet):
         assert _all_rows(prepare(_config(path), 0, tmp_path / path.suffix)) == reference, path
+
+
+def test_unclosed_quote_names_the_record(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text('text,label\n"fine",a\n"never closed,b\nmore,a\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"record starting at line 3 is not valid CSV"):
+        prepare(_config(path), 0, tmp_path)
 
 
 def test_not_parquet_is_a_data_error(tmp_path):

@@ -1,0 +1,51 @@
+"""The best (trial, evaluation step) over all evaluations of all trials, not each trial's last."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SAMPLED_KEYS = ("model", "precision", "method", "learning_rate", "effective_batch_size",
+                "warmup_ratio", "weight_decay", "lora_r", "lora_alpha")
+
+
+@dataclass(frozen=True)
+class Best:
+    """The winning evaluation and the checkpoint saved with it."""
+
+    trial_id: str
+    step: int
+    metric: str
+    value: float
+    params: dict[str, Any]
+    checkpoint_dir: Path
+    mlflow_run_id: str | None
+
+    @property
+    def model(self) -> str:
+        return self.params["model"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"trial_id": self.trial_id, "step": self.step, "metric": self.metric, "value": self.value,
+                "params": self.params, "model": self.model, "checkpoint_dir": str(self.checkpoint_dir),
+                "mlflow_run_id": self.mlflow_run_id}
+
+
+def pick_best(results, metric: str, mode: str) -> Best | None:
+    """Across every kept checkpoint of every trial (each evaluation reports one), the best by `metric`;
+    ties go to the earlier step. None when no trial reported a finite value."""
+    candidates = []
+    for result in results:
+        for checkpoint, metrics in result.best_checkpoints or []:
+            value = metrics.get(metric)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                rank = -value if mode == "max" else value
+                candidates.append((rank, metrics.get("step", 0), result, checkpoint, metrics))
+    if not candidates:
+        return None
+    _, step, result, checkpoint, metrics = min(candidates, key=lambda c: (c[0], c[1]))
+    params = {k: v for k, v in result.config.items() if k in SAMPLED_KEYS}
+    return Best(trial_id=metrics.get("trial_id", ""), step=int(step), metric=metric, value=float(metrics[metric]),
+                params=params, checkpoint_dir=Path(checkpoint.path), mlflow_run_id=metrics.get("mlflow_run_id"))

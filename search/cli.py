@@ -1,0 +1,186 @@
+"""The `finesweep` command. Heavy libraries are imported inside commands so `--help` is instant."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Hyperparameter and batch-size search for fine-tuning open Hugging Face models.")
+
+USER_ERROR_EXIT = 2
+SweepArg = typer.Argument(..., help="A sweep file (YAML), or the folder of a sweep that has run.")
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A user's mistake ends in one clear paragraph and exit code 2, never a traceback."""
+    from finesweep.spaces import SweepFileError
+
+    user_error_types: tuple[type[BaseException], ...] = (SweepFileError,)
+    try:
+        from finesweep.trainer.data import DataError
+
+        user_error_types += (DataError,)
+    except ImportError:
+        pass
+    try:
+        yield
+    except user_error_types as error:
+        typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(USER_ERROR_EXIT) from None
+
+
+def _quiet_libraries(verbose: bool) -> None:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if not verbose:
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _load(sweep_file: Path):
+    from finesweep.spaces import load
+
+    return load(sweep_file)
+
+
+@app.command()
+def run(
+    sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
+    address: Optional[str] = typer.Option(None, help="Ray cluster to join (e.g. 10.0.0.5:6379 or auto); default: a local Ray."),
+    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (e.g. http://127.0.0.1:5000); overrides the sweep file."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs."),
+) -> None:
+    """Prepare data, probe memory, run the trials, pick the best checkpoint, quantize and export it."""
+    _quiet_libraries(verbose)
+    with user_errors():
+        config = _load(sweep_file)
+        from finesweep.search.sweep import run as run_sweep
+
+        summary = run_sweep(config, address=address, tracking_uri=tracking_uri)
+    if summary.get("best") is None:
+        raise typer.Exit(1)
+
+
+@app.command()
+def data(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
+         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Prepare and validate the data, print the report, and stop."""
+    _quiet_libraries(verbose)
+    with user_errors():
+        config = _load(sweep_file)
+        from finesweep.search.report import Console
+        from finesweep.search.sweep import prepare_data, sweep_folder
+
+        prepare_data(config, sweep_folder(config), Console())
+
+
+@app.command()
+def probe(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
+          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Run the memory probe alone and print its table."""
+    _quiet_libraries(verbose)
+    with user_errors():
+        config = _load(sweep_file)
+        from finesweep.search import sweep
+        from finesweep.search.report import Console
+
+        console, folder = Console(), sweep.sweep_folder(config)
+        device = sweep.resolve_device()
+        precisions = sweep.usable_precisions([p.value for p in config.space.precision], device)
+        prepared = sweep.prepare_data(config, folder, console)
+        sweep.probe(config, folder, device, precisions, prepared, console)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the sweep file (point your editor's YAML support at it)."""
+    from finesweep.spaces import json_schema
+
+    typer.echo(json.dumps(json_schema(), indent=2))
+
+
+def _store_of(sweep: Path, tracking_uri: str | None) -> tuple[str, dict]:
+    """The tracking URI and saved state of a sweep given as its file or its folder."""
+    from finesweep.search.sweep import sweep_folder
+    from finesweep.search.tracking import default_tracking_uri
+
+    if sweep.is_dir():
+        root = sweep.resolve()
+        uri = tracking_uri
+    else:
+        config = _load(sweep)
+        root, uri = sweep_folder(config).root, tracking_uri or config.tracking.uri
+    state_file = root / "sweep-state.json"
+    if not state_file.is_file():
+        from finesweep.spaces import SweepFileError
+
+        raise SweepFileError(f"{root}: no sweep has run here yet (no sweep-state.json). Run `finesweep run <sweep.yaml>` first.")
+    return uri or default_tracking_uri(root), json.loads(state_file.read_text())
+
+
+@app.command()
+def status(sweep: Path = SweepArg, tracking_uri: Optional[str] = typer.Option(None),
+           metric: str = typer.Option("", help="Metric to rank by; default: the sweep's."),
+           mode: str = typer.Option("", help="min or max; default: the sweep's.")) -> None:
+    """Leaderboard of the sweep's trials, read from the tracking store."""
+    _quiet_libraries(False)
+    with user_errors():
+        uri, state = _store_of(sweep, tracking_uri)
+        from rich.console import Console as RichConsole
+
+        from finesweep.search.report import leaderboard_table
+        from finesweep.search.tracking import Tracker
+
+        tracker = Tracker(uri)
+        parent = tracker.client.get_run(state["parent_run_id"])
+        metric = metric or parent.data.params.get("search.metric", "eval_loss")
+        mode = mode or parent.data.params.get("search.mode", "min")
+        RichConsole().print(leaderboard_table(tracker, state["experiment_id"], state["parent_run_id"], metric, mode))
+        tags = parent.data.tags
+        if "finesweep.best_run_id" in tags:
+            typer.echo(f"best: trial {tags.get('finesweep.best_trial')} at step {tags.get('finesweep.best_step')}")
+
+
+app.command(name="best", help="Same as status: the leaderboard, best first.")(status)
+
+
+@app.command()
+def ui(sweep: Path = SweepArg, port: int = typer.Option(5000, help="Port of the UI."),
+       host: str = typer.Option("127.0.0.1", help="Address to bind; 127.0.0.1 keeps it private to this machine."),
+       tracking_uri: Optional[str] = typer.Option(None)) -> None:
+    """Start the MLflow UI on the sweep's tracking store and print the sweep's address."""
+    with user_errors():
+        uri, state = _store_of(sweep, tracking_uri)
+    typer.echo(f"MLflow UI: http://{host}:{port}/#/experiments/{state['experiment_id']}  (Ctrl+C stops it)")
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
+    raise typer.Exit(subprocess.call(command))
+
+
+@app.command()
+def predict(export_dir: Path = typer.Argument(..., help="An exported model folder (e.g. runs/<sweep>/export/model)."),
+            texts: list[str] = typer.Argument(..., help="Texts (classification) or prompts (causal LM).")) -> None:
+    """Run an exported model on a few texts (a smoke test of the export)."""
+    _quiet_libraries(False)
+    from finesweep.trainer.predict import predict as run_predict
+
+    for text, answer in zip(texts, run_predict(export_dir, texts)):
+        typer.echo(f"{text!r} -> {json.dumps(answer)}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""What the user sees in the terminal: the data report, the probe table, trials as they run, the leaderboard."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from rich.console import Console as RichConsole
+from rich.table import Table
+
+from finesweep.search.tracking import END_STATE_TAG
+
+
+class Console:
+    """The sweep's terminal output (rich), one method per moment of the sweep."""
+
+    def __init__(self, rich_console: RichConsole | None = None):
+        self.out = rich_console or RichConsole(highlight=False)
+
+    def step(self, text: str) -> None:
+        self.out.print(f"[bold cyan]>>[/] {text}")
+
+    def warn(self, text: str) -> None:
+        self.out.print(f"[bold yellow]warning:[/] {text}")
+
+    def header(self, config, device, folder) -> None:
+        self.out.rule(f"finesweep: {config.name}")
+        self.out.print(f"device {device.kind} ({device.name}); sweep folder {folder}")
+        self.step("Preparing data")
+
+    def data_report(self, report) -> None:
+        self.out.print(report.render())
+
+    def lengths(self, lengths: dict[str, dict[str, float]], max_seq_len: int) -> None:
+        parts = [f"{name}: p50 {v['p50']:.0f}, p95 {v['p95']:.0f}, p99 {v['p99']:.0f}, max {v['max']:.0f}"
+                 for name, v in lengths.items()]
+        self.out.print(f"token lengths ({'; '.join(parts)}) -> max_seq_len {max_seq_len}")
+        self.step("Probing memory: largest micro-batch per model, precision and method")
+
+    def probe_table(self, results: dict[str, Any]) -> None:
+        table = Table("model", "precision", "method", "seq len", "max micro-batch", "peak memory",
+                      "samples/s", "attempts", "seconds", title="Memory probe")
+        for r in results.values():
+            peak = max((a["peak_bytes"] for a in r.attempts if a["batch"] == r.max_micro_batch), default=0)
+            table.add_row(r.model, r.precision, r.method, str(r.seq_len), str(r.max_micro_batch),
+                          f"{peak / 2**30:.2f} / {r.budget_bytes / 2**30:.2f} GiB", f"{r.samples_per_second:.1f}",
+                          str(len(r.attempts)), f"{r.seconds:.1f}")
+        self.out.print(table)
+        self.step("Searching: Ray Tune trials sampled by Optuna, stopped early by ASHA")
+
+    def trial_event(self, metric: str) -> Callable[[str, Any, dict], None]:
+        """A callback for the Tune callback: one line per evaluation and per trial end."""
+
+        def show(kind: str, trial, result: dict) -> None:
+            name = trial.trial_id
+            if kind == "result":
+                c = trial.config
+                self.out.print(
+                    f"  trial {name} {c.get('model')} {c.get('precision')} lr={c.get('learning_rate', 0):.2e} "
+                    f"batch={c.get('effective_batch_size')}: step {result.get('step')} "
+                    f"{metric}={_fmt(result.get(metric))} eval_loss={_fmt(result.get('eval_loss'))}")
+            else:
+                self.out.print(f"  trial {name} ended: {result.get('state')}")
+
+        return show
+
+    def leaderboard(self, tracker, experiment_id: str, parent_run_id: str, metric: str, mode: str) -> None:
+        self.out.print(leaderboard_table(tracker, experiment_id, parent_run_id, metric, mode))
+
+    def export_table(self, result) -> None:
+        table = Table("variant", "accuracy / perplexity", "loss", "size MB", "ms/sample", title=f"Test split ({result.folder})")
+        for variant, m in result.metrics.items():
+            primary = m.get("accuracy", m.get("perplexity"))
+            table.add_row(variant, _fmt(primary), _fmt(m.get("loss")), f"{m.get('size_bytes', 0) / 1e6:.1f}",
+                          _fmt(m.get("latency_ms_per_sample")))
+        self.out.print(table)
+        for warning in result.warnings:
+            self.warn(warning)
+
+    def done(self, summary: dict[str, Any], tracking_uri: str, experiment_id: str) -> None:
+        self.out.rule("done")
+        self.out.print(f"wall time {summary.get('wall_seconds')} s; export: {summary.get('export_dir')}")
+        self.out.print(f"MLflow store {tracking_uri} (experiment {experiment_id}); open it with: finesweep ui")
+
+
+def leaderboard_table(tracker, experiment_id: str, parent_run_id: str, metric: str, mode: str) -> Table:
+    """Trials of one sweep, best first, read back from the tracking store."""
+    rows = []
+    for run in tracker.trial_runs(experiment_id, parent_run_id):
+        history = tracker.client.get_metric_history(run.info.run_id, metric)
+        best = (max if mode == "max" else min)(history, key=lambda m: m.value) if history else None
+        rows.append((run, best))
+    sign = -1 if mode == "max" else 1
+    rows.sort(key=lambda r: sign * r[1].value if r[1] else math.inf)
+    table = Table("trial", "model", "precision", "lr", "eff. batch", "micro x accum", f"best {metric}", "at step",
+                  "end state", title="Trials")
+    for run, best in rows:
+        p, tags = run.data.params, run.data.tags
+        table.add_row(run.info.run_name, p.get("model", ""), p.get("precision", ""),
+                      _fmt(float(p["learning_rate"])) if "learning_rate" in p else "",
+                      p.get("effective_batch_size", ""), f"{p.get('micro_batch', '')} x {p.get('gradient_accumulation', '')}",
+                      _fmt(best.value) if best else "-", str(best.step) if best else "-", tags.get(END_STATE_TAG, run.info.status))
+    return table
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1e-2 else f"{value:.4f}"
+    return str(value)

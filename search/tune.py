@@ -1,0 +1,151 @@
+"""Ray Tune wiring: OptunaSearch (TPE or random) samples, ASHA stops, Tune runs and checkpoints."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ray.tune import Callback
+
+from finesweep.search.trainable import ERROR_TAG, TrialContext, run_trial
+from finesweep.search.tracking import END_STATE_TAG, Tracker
+from finesweep.spaces import SweepConfig, suggest
+
+log = logging.getLogger(__name__)
+
+
+def start_ray(address: str | None, num_cpus: int | None = None) -> None:
+    """Join the cluster at `address`, or start a local Ray bound to 127.0.0.1."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled") if address is None else None
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
+                 logging_level=logging.WARNING, log_to_driver=False)
+
+
+def make_searcher(config: SweepConfig, precisions: list[str]):
+    """Optuna through Ray Tune: multivariate TPE (seeded), or random as a baseline."""
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    if config.search.algorithm == "tpe":
+        sampler = optuna.samplers.TPESampler(seed=config.seed, multivariate=True)
+    else:
+        sampler = optuna.samplers.RandomSampler(seed=config.seed)
+    space = functools.partial(_define_by_run, space=config.space, models=config.model_names, precisions=precisions)
+    return OptunaSearch(space=space, sampler=sampler, metric=config.search.metric, mode=config.search.mode)
+
+
+def _define_by_run(trial, space, models, precisions) -> dict[str, Any]:
+    return suggest(trial, space, models, precisions)
+
+
+def make_scheduler(config: SweepConfig):
+    """ASHA over evaluations (each report is one evaluation), or none."""
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    if config.search.scheduler == "none":
+        return FIFOScheduler()
+    evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
+    return ASHAScheduler(time_attr="training_iteration", max_t=evaluations,
+                         grace_period=min(config.search.asha.grace_period, evaluations),
+                         reduction_factor=config.search.asha.reduction_factor)
+
+
+@dataclass
+class TuneSetup:
+    """Everything a Tuner for this sweep needs besides the config."""
+
+    context: TrialContext
+    storage: Path
+    experiment_name: str
+    precisions: list[str]
+    callbacks: list[Any]
+
+
+def make_tuner(config: SweepConfig, setup: TuneSetup):
+    from ray import tune
+
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, context=setup.context),
+        {"cpu": config.resources.cpus_per_trial, "gpu": config.resources.gpus_per_trial},
+    )
+    tune_config = tune.TuneConfig(
+        metric=config.search.metric, mode=config.search.mode,
+        search_alg=make_searcher(config, setup.precisions), scheduler=make_scheduler(config),
+        num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials,
+    )
+    run_config = tune.RunConfig(
+        name=setup.experiment_name, storage_path=str(setup.storage.resolve()),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=config.search.keep_checkpoints,
+                                                checkpoint_score_attribute=config.search.metric,
+                                                checkpoint_score_order=config.search.mode),
+        failure_config=tune.FailureConfig(max_failures=0),
+        callbacks=setup.callbacks, verbose=0,
+    )
+    return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
+
+
+class TrialEndRecorder(Callback):
+    """Closes each trial's MLflow run with its end state (an ASHA stop ends the trial's process before it can),
+    and hands every result and end to `on_event` for the terminal display.
+
+    Tune pickles its callbacks with the experiment state: only plain data is kept across a pickle."""
+
+    def __init__(self, tracking_uri: str, context: TrialContext, max_evaluations: int, on_event: Callable | None = None):
+        self.tracking_uri, self.context, self.max_evaluations = tracking_uri, context, max_evaluations
+        self.on_event = on_event
+        self._tracker: Tracker | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_tracker": None, "on_event": None}
+
+    @property
+    def tracker(self) -> Tracker:
+        if self._tracker is None:
+            self._tracker = Tracker(self.tracking_uri)
+        return self._tracker
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if self.on_event:
+            self.on_event("result", trial, result)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        done = trial.last_result.get("training_iteration", 0)
+        state = "completed" if done >= self.max_evaluations else f"stopped_early_at_step_{trial.last_result.get('step')}"
+        self._close(trial, state, "FINISHED", None)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._close(trial, "failed", "FAILED", _error_text(trial))
+
+    def _close(self, trial, state: str, status: str, message: str | None) -> None:
+        run_id = self.tracker.trial_run(self.context.experiment_id, self.context.parent_run_id, trial.trial_id)
+        if run_id and self.tracker.is_running(run_id):
+            tags = {END_STATE_TAG: state, **({ERROR_TAG: message} if message else {})}
+            self.tracker.set_tags(run_id, tags)
+            self.tracker.finish(run_id, status)
+        if self.on_event:
+            self.on_event("end", trial, {"state": _end_state(self.tracker, run_id) or state})
+
+
+def _end_state(tracker: Tracker, run_id: str | None) -> str | None:
+    return tracker.client.get_run(run_id).data.tags.get(END_STATE_TAG) if run_id else None
+
+
+def _error_text(trial) -> str:
+    path = getattr(trial, "error_file", None) or ""
+    try:
+        lines = Path(path).read_text().strip().splitlines()
+        return lines[-1] if lines else "unknown error"
+    except OSError:
+        return "unknown error"
+

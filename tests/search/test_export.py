@@ -1,0 +1,166 @@
+"""export_best on the tiny classifier: every file, metrics for each variant, model card, labels, predict()."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from finesweep.spaces import Task
+from finesweep.spaces.config import SweepConfig
+from tests.trainer.test_quantize import (
+    LABELS,
+    causal_lm_collate,
+    causal_lm_split,
+    classification_collate,
+    classification_split,
+    train_classifier,
+)
+
+BEST = {
+    "trial_id": "trial_0003",
+    "step": 40,
+    "metric": "eval_accuracy",
+    "value": 0.8125,
+    "params": {"learning_rate": 0.00123, "effective_batch_size": 16, "precision": "bf16", "model": "tiny"},
+    "model": "tiny",
+}
+
+
+def _config(model_path: Path, task: str = "classification", quantization=("int8",), **export) -> SweepConfig:
+    return SweepConfig.model_validate({
+        "name": "tiny-sweep",
+        "data": {"path": "x.csv", "task": task},
+        "models": [{"name": "tiny", "path": str(model_path)}],
+        "export": {"quantization": list(quantization), **export},
+    })
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_classifier, tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from finesweep.search.export import export_best
+
+    checkpoint = train_classifier(tiny_classifier, tmp_path_factory.mktemp("checkpoint-40"))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_classifier)
+    out = tmp_path_factory.mktemp("export")
+    result = export_best(
+        config=_config(tiny_classifier), checkpoint_dir=checkpoint, tokenizer_source=tiny_classifier,
+        test_split=classification_split(tokenizer, 60), collate=classification_collate(tokenizer), best=BEST, out_dir=out,
+    )
+    return result, out
+
+
+def test_export_writes_every_file(exported):
+    result, out = exported
+    assert result.folder == out
+    for name in ["model/config.json", "model/model.safetensors", "model/tokenizer.json",
+                 "model-int8/config.json", "model-int8/model.safetensors", "model-int8/tokenizer.json",
+                 "metrics.json", "sweep.json", "README.md"]:
+        assert (out / name).is_file(), name
+    assert not list(out.rglob("*.bin"))
+    assert json.loads((out / "sweep.json").read_text())["models"][0]["name"] == "tiny"
+
+
+def test_export_metrics_for_full_and_int8(exported):
+    result, out = exported
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics == result.metrics and set(metrics) == {"full", "int8"}
+    for values in metrics.values():
+        assert {"accuracy", "f1_macro", "loss", "latency_ms_per_sample", "size_bytes"} <= set(values)
+    assert metrics["int8"]["size_bytes"] < metrics["full"]["size_bytes"]
+    assert abs(metrics["int8"]["accuracy"] - metrics["full"]["accuracy"]) <= 0.1
+
+
+def test_export_keeps_labels_and_predicts_names(exported):
+    from finesweep.trainer.predict import predict
+
+    _, out = exported
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["id2label"] == {str(i): name for i, name in enumerate(LABELS)}
+    assert config["pad_token_id"] is not None
+    for folder in ("model", "model-int8"):
+        labels = [p["label"] for p in predict(out / folder, ["i love this great fun day", "awful sad terrible"])]
+        assert set(labels) <= set(LABELS)
+
+
+def test_model_card_names_params_and_both_metric_sets(exported):
+    result, out = exported
+    card = (out / "README.md").read_text()
+    for text in ["tiny", "x.csv", "classification", "`learning_rate`", "0.00123", "`effective_batch_size`",
+                 "eval_accuracy", "0.8125", "step 40", "bitsandbytes", "AutoModelForSequenceClassification",
+                 '"model-int8"']:
+        assert text in card, text
+    rows = [line for line in card.splitlines() if line.startswith("| full ") or line.startswith("| int8 ")]
+    assert len(rows) == 2
+    assert f"{result.metrics['full']['accuracy']:.4g}" in rows[0]
+    assert f"{result.metrics['int8']['accuracy']:.4g}" in rows[1]
+
+
+def test_drop_warnings_accuracy_absolute_perplexity_relative():
+    from finesweep.search.export import drop_warnings
+
+    cls = {"full": {"accuracy": 0.80}, "int8": {"accuracy": 0.777}, "nf4": {"accuracy": 0.795}}
+    assert drop_warnings(cls, Task.classification, 0.01) == [
+        "int8: accuracy fell by 0.023 (> export.max_metric_drop 0.01)"
+    ]
+    lm = {"full": {"perplexity": 40.0}, "int8": {"perplexity": 40.2}, "nf4": {"perplexity": 42.0}}
+    warnings = drop_warnings(lm, Task.causal_lm, 0.01)
+    assert len(warnings) == 1 and warnings[0].startswith("nf4: perplexity rose by 5.0%")
+
+
+def test_export_merges_a_lora_adapter_causal_lm(tiny_causal_lm, tmp_path):
+    """A LoRA trial checkpoint (adapter only) is merged onto its base; nf4 is measured too."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from finesweep.search.export import export_best
+    from finesweep.trainer.models import apply_lora
+
+    model = apply_lora(AutoModelForCausalLM.from_pretrained(tiny_causal_lm), Task.causal_lm, r=4, alpha=8, dropout=0.0)
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            param.data.normal_(0, 0.05)  # a nonzero adapter, so merging changes the weights
+    model.save_pretrained(tmp_path / "adapter")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_causal_lm)
+    tokenizer.pad_token = tokenizer.eos_token
+    result = export_best(
+        config=_config(tiny_causal_lm, "causal_lm", ("int8", "nf4", "none")), checkpoint_dir=tmp_path / "adapter",
+        tokenizer_source=tiny_causal_lm, test_split=causal_lm_split(tokenizer, 12),
+        collate=causal_lm_collate(tokenizer), best={**BEST, "metric": "eval_loss", "value": 5.5}, out_dir=tmp_path / "out",
+    )
+    assert set(result.metrics) == {"full", "int8", "nf4"}
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "model")
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    base = AutoModelForCausalLM.from_pretrained(tiny_causal_lm)
+    assert not merged.transformer.h[0].attn.c_attn.weight.equal(base.transformer.h[0].attn.c_attn.weight)
+    assert "perplexity" in (tmp_path / "out" / "README.md").read_text()
+    assert result.metrics["int8"]["perplexity"] == pytest.approx(result.metrics["full"]["perplexity"], rel=0.05)
+
+
+def test_export_merges_a_lora_classifier_with_labels_from_the_split(tiny_classifier, tmp_path):
+    """A LoRA classification adapter has no config.json: the head is rebuilt from the split's ClassLabel names."""
+    from datasets import ClassLabel
+    from transformers import AutoTokenizer
+
+    from finesweep.search.export import export_best
+    from finesweep.trainer.models import apply_lora, load_model
+
+    config = _config(tiny_classifier)
+    model = apply_lora(load_model(config.candidate("tiny"), Task.classification, LABELS), Task.classification, 4, 8, 0.0)
+    model.save_pretrained(tmp_path / "adapter")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_classifier)
+    split = classification_split(tokenizer, 30).cast_column("labels", ClassLabel(names=LABELS))
+    result = export_best(
+        config=config, checkpoint_dir=tmp_path / "adapter", tokenizer_source=tiny_classifier, test_split=split,
+        collate=classification_collate(tokenizer), best=BEST, out_dir=tmp_path / "out",
+    )
+    saved = json.loads((tmp_path / "out" / "model" / "config.json").read_text())
+    assert saved["id2label"] == {str(i): name for i, name in enumerate(LABELS)}
+    assert set(result.metrics) == {"full", "int8"}
+    from safetensors.torch import load_file
+
+    merged = load_file(str(tmp_path / "out" / "model" / "model.safetensors"))
+    trained_head = model.base_model.model.classifier.modules_to_save["default"].weight
+    assert merged["classifier.weight"].equal(trained_head.detach())  # the adapter's head, not a fresh one
