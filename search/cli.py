@@ -39,13 +39,25 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(USER_ERROR_EXIT) from None
 
 
+QUIET_ENVIRONMENT = {  # set before Ray starts, so trial workers inherit them
+    "TRANSFORMERS_VERBOSITY": "error",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    "RAY_DEDUP_LOGS": "0",
+    "RAY_AIR_NEW_OUTPUT": "0",  # the legacy reporter honours verbose=0; finesweep prints its own progress
+    "MLFLOW_LOGGING_LEVEL": "WARNING",
+}
+
+
 def _quiet_libraries(verbose: bool) -> None:
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if not verbose:
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+        for name, value in QUIET_ENVIRONMENT.items():
+            os.environ.setdefault(name, value)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("bitsandbytes", "mlflow", "optuna", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.INFO if verbose else logging.ERROR)
 
 
 def _load(sweep_file: Path):

