@@ -115,8 +115,13 @@ def probe(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
 
 
 @app.command()
-def schema() -> None:
+def schema(markdown: bool = typer.Option(False, "--markdown", help="Print the reference table (as in the README) instead.")) -> None:
     """Print the JSON Schema of the sweep file (point your editor's YAML support at it)."""
+    if markdown:
+        from finesweep.spaces.reference import markdown_reference
+
+        typer.echo(markdown_reference(), nl=False)
+        return
     from finesweep.spaces import json_schema
 
     typer.echo(json.dumps(json_schema(), indent=2))

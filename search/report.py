@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Callable
 
 from rich.console import Console as RichConsole
@@ -15,7 +16,8 @@ class Console:
     """The sweep's terminal output (rich), one method per moment of the sweep."""
 
     def __init__(self, rich_console: RichConsole | None = None):
-        self.out = rich_console or RichConsole(highlight=False)
+        # Piped output (CI logs, `| tee`) gets a wide fixed width instead of 80 columns of wrapped tables.
+        self.out = rich_console or RichConsole(highlight=False, width=None if sys.stdout.isatty() else 150)
 
     def step(self, text: str) -> None:
         self.out.print(f"[bold cyan]>>[/] {text}")
@@ -55,10 +57,11 @@ class Console:
             name = trial.trial_id
             if kind == "result":
                 c = trial.config
+                shown = dict.fromkeys([metric, "eval_loss", "eval_accuracy"])
+                values = " ".join(f"{k}={_fmt(result[k])}" for k in shown if k in result)
                 self.out.print(
                     f"  trial {name} {c.get('model')} {c.get('precision')} lr={c.get('learning_rate', 0):.2e} "
-                    f"batch={c.get('effective_batch_size')}: step {result.get('step')} "
-                    f"{metric}={_fmt(result.get(metric))} eval_loss={_fmt(result.get('eval_loss'))}")
+                    f"batch={c.get('effective_batch_size')}: step {result.get('step')} {values}")
             else:
                 self.out.print(f"  trial {name} ended: {result.get('state')}")
 

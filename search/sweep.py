@@ -180,7 +180,7 @@ def export(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, 
     test_split = data_module.load_tokenized(Path(data.tokenized[best.model]))["test"]
     result = export_best(config=config, checkpoint_dir=best.checkpoint_dir, tokenizer_source=best.checkpoint_dir,
                          test_split=test_split, collate=data_module.collator(tokenizer, config.data.task),
-                         best=best.as_dict(), out_dir=folder.export_dir(config))
+                         best=best.as_dict(), out_dir=folder.export_dir(config), label_names=data.prepared.label_names)
     console.export_table(result)
     return result
 

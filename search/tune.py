@@ -41,11 +41,15 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if config.search.algorithm == "tpe":
-        sampler = optuna.samplers.TPESampler(seed=config.seed, multivariate=True)
+        # TPE samples at random for its first n_startup_trials (10 by default); a sweep of a handful of
+        # trials would never leave that phase, so a third of the budget is random and the rest is TPE.
+        startup = min(10, max(2, config.search.num_trials // 3))
+        sampler = optuna.samplers.TPESampler(seed=config.seed, multivariate=True, n_startup_trials=startup)
     else:
         sampler = optuna.samplers.RandomSampler(seed=config.seed)
     space = functools.partial(_define_by_run, space=config.space, models=config.model_names, precisions=precisions)
-    return OptunaSearch(space=space, sampler=sampler, metric=config.search.metric, mode=config.search.mode)
+    return OptunaSearch(space=space, sampler=sampler, metric=config.search.metric, mode=config.search.mode,
+                        points_to_evaluate=[dict(p) for p in config.search.initial_points] or None)
 
 
 def _define_by_run(trial, space, models, precisions) -> dict[str, Any]:
@@ -91,6 +95,7 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         metric=config.search.metric, mode=config.search.mode,
         search_alg=make_searcher(config, setup.precisions), scheduler=make_scheduler(config),
         num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials,
+        time_budget_s=config.search.time_budget_minutes * 60 if config.search.time_budget_minutes else None,
         # A reused worker has transformers imported already: about 9 s saved per trial on a CPU machine.
         reuse_actors=True, trial_name_creator=trial_name, trial_dirname_creator=trial_name,
     )

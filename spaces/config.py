@@ -139,6 +139,24 @@ class SpaceConfig(_Section):
     warmup_ratio: FloatDim = Field(0.06, description="Fraction of max_steps spent warming up.")
     weight_decay: FloatDim = Field(0.01, description="AdamW weight decay.")
 
+    def point_problem(self, point: dict[str, Any], models: list[str]) -> str | None:
+        """Why `point` is not a point of this space (None when it is)."""
+        choices: dict[str, list[Any]] = {
+            "model": models, "precision": [p.value for p in self.precision], "method": [m.value for m in self.method],
+            "effective_batch_size": self.effective_batch_size, "lora_r": self.lora_r, "lora_alpha": self.lora_alpha,
+        }
+        for key, value in point.items():
+            if key in choices and value not in choices[key]:
+                return f"{key}={value!r} is not among the space's choices {choices[key]}"
+            dim = getattr(self, key, None) if key in ("learning_rate", "warmup_ratio", "weight_decay") else None
+            if key not in choices and dim is None:
+                return f"unknown dimension `{key}`; the dimensions are {sorted([*choices, 'learning_rate', 'warmup_ratio', 'weight_decay'])}"
+            if isinstance(dim, FloatRange) and not dim.low <= float(value) <= dim.high:
+                return f"{key}={value} lies outside the space's range [{dim.low:g}, {dim.high:g}]"
+            if dim is not None and not isinstance(dim, FloatRange):
+                return f"{key} is fixed at {dim:g} in the space, so it cannot be set per point"
+        return None
+
     @field_validator("warmup_ratio")
     @classmethod
     def _warmup_in_unit(cls, value: float | FloatRange) -> float | FloatRange:
@@ -167,7 +185,9 @@ class SearchConfig(_Section):
     mode: Literal["min", "max"] = Field("min", description="Whether the metric is minimised or maximised.")
     eval_every_steps: int = Field(50, ge=1, description="Optimizer steps between evaluations (each one reported to ASHA and MLflow).")
     max_steps: int = Field(200, ge=1, description="Optimizer steps per trial at most.")
+    time_budget_minutes: float | None = Field(None, gt=0, description="Wall-clock budget of the trials; when it ends, running trials stop, their evaluations so far count, and the export goes on.")
     keep_checkpoints: int = Field(2, ge=1, description="Best checkpoints each trial keeps on disk.")
+    initial_points: list[dict[str, Any]] = Field(default_factory=list, description="Configurations tried first (e.g. your current recipe), so the search starts from them; unlisted dimensions are sampled.")
 
     @model_validator(mode="after")
     def _eval_fits(self) -> "SearchConfig":
@@ -228,6 +248,10 @@ class SweepConfig(_Section):
             raise ValueError(
                 f"space.model names {unknown} that no entry of `models` has; known names are {names}"
             )
+        problems = [f"search.initial_points[{i}]: {problem}" for i, point in enumerate(self.search.initial_points)
+                    if (problem := self.space.point_problem(point, self.model_names))]
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @property

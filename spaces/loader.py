@@ -74,6 +74,8 @@ def _is_relevant(item: dict[str, Any], raw: dict[str, Any]) -> bool:
 
 def _describe_one(item: dict[str, Any], raw: dict[str, Any]) -> str:
     loc = [p for p in item["loc"] if not _is_member_tag(p)]
+    if not loc and item["type"] == "value_error":  # checks across sections name their own fields
+        return item["msg"].removeprefix("Value error, ") + "."
     where = _yaml_path(loc) or "(top level)"
     kind = item["type"]
     if kind == "extra_forbidden":

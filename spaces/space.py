@@ -33,11 +33,3 @@ def suggest(trial: SuggestingTrial, space: SpaceConfig, models: list[str], preci
             fixed[name] = dim
     return fixed
 
-
-def grid_size(space: SpaceConfig, models: list[str], precisions: list[str]) -> int | None:
-    """Number of distinct points when every dimension is categorical; None when a range makes it infinite."""
-    if any(isinstance(getattr(space, n), FloatRange) for n in ("learning_rate", "warmup_ratio", "weight_decay")):
-        return None
-    lora = len(space.lora_r) * len(space.lora_alpha)
-    methods = sum(lora if m == Method.lora else 1 for m in space.method)
-    return len(models) * len(precisions) * len(space.effective_batch_size) * methods

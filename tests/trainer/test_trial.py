@@ -1,0 +1,77 @@
+"""One trial: exact effective batches, and a real Trainer run reporting each evaluation with its checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from finesweep.spaces import ModelCandidate, SweepConfig
+from finesweep.trainer import data
+from finesweep.trainer.trial import BatchPlan, TrialPlan, plan_batches, train
+
+
+@pytest.mark.parametrize("effective,max_micro,devices,expected", [
+    (32, 32, 1, (32, 1)), (32, 12, 1, (8, 4)), (24, 16, 1, (12, 2)), (7, 4, 1, (1, 7)), (8, 64, 1, (8, 1)),
+    (32, 8, 2, (8, 2)),
+])
+def test_plan_batches_makes_the_effective_batch_exactly(effective, max_micro, devices, expected):
+    plan = plan_batches(effective, max_micro, devices)
+    assert (plan.micro, plan.accumulation) == expected
+    assert plan.micro * plan.accumulation * plan.devices == effective and plan.micro <= max_micro
+
+
+def test_plan_batches_rejects_an_uneven_split_over_devices():
+    with pytest.raises(ValueError, match="cannot be split evenly"):
+        plan_batches(9, 4, 2)
+
+
+class RecordingSink:
+    def __init__(self):
+        self.logs: list[tuple[int, dict]] = []
+        self.evaluations: list[tuple[int, dict, bool]] = []
+
+    def on_log(self, step, metrics):
+        self.logs.append((step, metrics))
+
+    def on_evaluation(self, step, metrics, checkpoint_dir: Path):
+        self.evaluations.append((step, metrics, (checkpoint_dir / "model.safetensors").is_file()))
+
+
+def tokenized_splits(tmp_path, sentiment_csv, model_dir):
+    from transformers import AutoTokenizer
+
+    config = SweepConfig.model_validate({"name": "t", "data": {"path": str(sentiment_csv), "splits": {"train": 0.6, "validation": 0.2, "test": 0.2}},
+                                         "models": [{"name": "t", "path": str(model_dir)}]})
+    prepared = data.prepare(config.data, 0, tmp_path / "cache")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return prepared, data.tokenize(prepared, tokenizer, config.data.task, 32, tmp_path / "cache")
+
+
+def make_plan(tmp_path, model_dir, tokenized_dir, labels, **overrides) -> TrialPlan:
+    values = dict(candidate=ModelCandidate(name="t", path=str(model_dir)).model_dump(), task="classification",
+                  label_names=labels, tokenized_dir=str(tokenized_dir), output_dir=str(tmp_path / "out"),
+                  precision="fp32", method="full", learning_rate=1e-2, weight_decay=0.0, warmup_ratio=0.0,
+                  batch=BatchPlan(effective=16, micro=8, accumulation=2), max_steps=12, eval_every_steps=4, seed=0, threads=1)
+    values.update(overrides)
+    return TrialPlan(**values)
+
+
+def test_a_trial_reports_every_evaluation_with_its_checkpoint(tmp_path, sentiment_csv, tiny_classifier):
+    prepared, tokenized = tokenized_splits(tmp_path, sentiment_csv, tiny_classifier)
+    sink = RecordingSink()
+    train(make_plan(tmp_path, tiny_classifier, tokenized, prepared.label_names), sink)
+    assert [step for step, _, _ in sink.evaluations] == [4, 8, 12]
+    assert all(saved for _, _, saved in sink.evaluations)
+    assert all({"eval_loss", "eval_accuracy", "eval_f1_macro"} <= set(m) for _, m, _ in sink.evaluations)
+    assert sink.logs and all("loss" in m or "train_loss" in m for _, m in sink.logs)
+
+
+def test_lora_trial_trains_only_adapters_and_reports(tmp_path, sentiment_csv, tiny_classifier):
+    prepared, tokenized = tokenized_splits(tmp_path, sentiment_csv, tiny_classifier)
+    sink = RecordingSink()
+    plan = make_plan(tmp_path, tiny_classifier, tokenized, prepared.label_names, method="lora", lora_r=4, lora_alpha=8,
+                     max_steps=4, eval_every_steps=4)
+    train(plan, sink)
+    assert [step for step, _, _ in sink.evaluations] == [4]
+    assert plan.params()["micro_batch"] * plan.params()["gradient_accumulation"] == plan.params()["effective_batch_size"]
