@@ -148,6 +148,7 @@ def _search(config, folder, data, probes, precisions, tracker, experiment_id, pa
     folder.state_file.write_text(json.dumps({"parent_run_id": parent, "experiment_id": experiment_id,
                                              "tune_experiment": str(folder.tune / setup.experiment_name)}))
     results = make_tuner(config, setup).fit()
+    recorder.close_unfinished("stopped_by_time_budget")
     best = pick_best(results, config.search.metric, config.search.mode)
     console.leaderboard(tracker, experiment_id, parent, config.search.metric, config.search.mode)
     return best, results

@@ -142,6 +142,15 @@ class TrialEndRecorder(Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         self._close(trial, "failed", "FAILED", _error_text(trial))
 
+    def close_unfinished(self, state: str) -> None:
+        """After the search: trials Tune stopped without a completion event (the time budget) end as `state`."""
+        for run in self.tracker.trial_runs(self.context.experiment_id, self.context.parent_run_id):
+            if run.info.status == "RUNNING":
+                history = self.tracker.client.get_metric_history(run.info.run_id, "eval_loss")
+                step = max((m.step for m in history), default=0)
+                self.tracker.set_tags(run.info.run_id, {END_STATE_TAG: f"{state}_at_step_{step}"})
+                self.tracker.finish(run.info.run_id, "FINISHED")
+
     def _close(self, trial, state: str, status: str, message: str | None) -> None:
         run_id = self.tracker.trial_run(self.context.experiment_id, self.context.parent_run_id, trial.trial_id)
         if run_id and self.tracker.is_running(run_id):

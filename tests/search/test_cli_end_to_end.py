@@ -248,3 +248,21 @@ def test_causal_lm_instruction_tuning_end_to_end(tmp_path):
     assert all(client.get_metric_history(r.info.run_id, "eval_perplexity") for r in trials)
     predicted = finesweep("predict", str(sweep_dir / "export" / "model"), "name the colour red number 7", cwd=tmp_path)
     assert predicted.returncode == 0 and '"generated"' in predicted.stdout, predicted.stderr
+
+
+def test_time_budget_stops_running_trials_and_the_export_still_happens(tmp_path):
+    tiny.build_tiny_classifier(tmp_path / "model")
+    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(300))
+    sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 2\n  time_budget_minutes: 0.25")
+             .replace(f"max_steps: {5 * EVALS_PER_TRIAL}", "max_steps: 100000"))
+    (tmp_path / "sweep.yaml").write_text(sweep)
+    started = time.monotonic()
+    result = finesweep("run", "sweep.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert time.monotonic() - started < 240
+    sweep_dir = tmp_path / "runs" / "tiny"
+    client, state = _store(sweep_dir)
+    trials = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
+    assert trials and all(r.info.status != "RUNNING" for r in trials)
+    assert any(r.data.tags["finesweep.end_state"].startswith("stopped_by_time_budget_at_step_") for r in trials)
+    assert (sweep_dir / "export" / "model" / "model.safetensors").is_file()
