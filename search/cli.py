@@ -154,16 +154,14 @@ def status(sweep: Path = SweepArg, tracking_uri: Optional[str] = typer.Option(No
     _quiet_libraries(False)
     with user_errors():
         uri, state = _store_of(sweep, tracking_uri)
-        from rich.console import Console as RichConsole
-
-        from finesweep.search.report import leaderboard_table
+        from finesweep.search.report import Console, leaderboard_table
         from finesweep.search.tracking import Tracker
 
         tracker = Tracker(uri)
         parent = tracker.client.get_run(state["parent_run_id"])
         metric = metric or parent.data.params.get("search.metric", "eval_loss")
         mode = mode or parent.data.params.get("search.mode", "min")
-        RichConsole().print(leaderboard_table(tracker, state["experiment_id"], state["parent_run_id"], metric, mode))
+        Console().out.print(leaderboard_table(tracker, state["experiment_id"], state["parent_run_id"], metric, mode))
         tags = parent.data.tags
         if "finesweep.best_run_id" in tags:
             typer.echo(f"best: trial {tags.get('finesweep.best_trial')} at step {tags.get('finesweep.best_step')}")
