@@ -1,4 +1,4 @@
-"""Token-length distribution of the training texts, and the sequence length that covers them."""
+"""Token-length distribution of the training texts, the sequence length that covers them, and its histogram."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from finesweep.spaces import Task
 COVERED_PERCENTILE = 99
 
 
-def length_percentiles(prepared_folder: Path, tokenizer, task: Task, sample: int = 5000) -> dict[str, float]:
-    """p50/p95/p99/max token length over (a seeded sample of) the training split, with this tokenizer."""
+def token_lengths(prepared_folder: Path, tokenizer, task: Task, sample: int = 5000) -> np.ndarray:
+    """Token length of every row of (a seeded sample of) the training split, with this tokenizer."""
     from datasets import load_from_disk
 
     train = load_from_disk(str(prepared_folder))["train"]
@@ -22,12 +22,43 @@ def length_percentiles(prepared_folder: Path, tokenizer, task: Task, sample: int
         texts = list(train["text"])
     else:
         texts = [f"{p}\n{r}" for p, r in zip(train["prompt"], train["response"])]
-    lengths = np.array([len(ids) for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]])
+    return np.array([len(ids) for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]])
+
+
+def percentiles(lengths: np.ndarray) -> dict[str, float]:
+    """p50/p95/p99/max of the lengths."""
     return {"p50": float(np.percentile(lengths, 50)), "p95": float(np.percentile(lengths, 95)),
             "p99": float(np.percentile(lengths, COVERED_PERCENTILE)), "max": float(lengths.max())}
+
+
+def length_percentiles(prepared_folder: Path, tokenizer, task: Task, sample: int = 5000) -> dict[str, float]:
+    """p50/p95/p99/max token length over (a seeded sample of) the training split, with this tokenizer."""
+    return percentiles(token_lengths(prepared_folder, tokenizer, task, sample))
 
 
 def covering_length(percentiles: dict[str, float], model_limit: int | None) -> int:
     """The p99 length rounded up to a multiple of 8 (friendlier kernels), capped by the model's limit."""
     length = max(8, int(-(-percentiles["p99"] // 8) * 8))
     return min(length, model_limit) if model_limit else length
+
+
+def save_histogram(lengths: dict[str, np.ndarray], max_seq_len: int, path: Path) -> Path:
+    """One histogram per candidate tokenizer, with max_seq_len marked, as a PNG at `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers and in Ray workers
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    top = max(int(max(v.max() for v in lengths.values())), max_seq_len) + 1
+    bins = np.linspace(0, top, min(top, 60) + 1)
+    for name, values in lengths.items():
+        axes.hist(values, bins=bins, alpha=0.5, label=f"{name} (p99 {np.percentile(values, COVERED_PERCENTILE):.0f})")
+    axes.axvline(max_seq_len, color="black", linestyle="--", label=f"max_seq_len {max_seq_len}")
+    axes.set(xlabel="tokens per training row", ylabel="rows", title="Token lengths of the training split")
+    axes.legend()
+    work = path.with_name(f"{path.stem}.tmp-{id(figure)}{path.suffix}")
+    figure.savefig(work, dpi=100)
+    plt.close(figure)
+    work.replace(path)
+    return path

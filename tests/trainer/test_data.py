@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from finesweep.spaces import DataConfig, ModelCandidate, Task
-from finesweep.trainer import data
+from finesweep.trainer import data, tokenizing
 from finesweep.trainer.data import DataError, prepare
 from tests import tiny
 
@@ -56,7 +56,8 @@ def test_duplicates_kept_when_asked_but_conflicts_always_dropped(tmp_path):
     rows = [["text", "label"]] + [[f"t{i}", "a" if i % 2 else "b"] for i in range(10)]
     rows += [["t1", "a"], ["t1", "a"], ["x", "a"], ["x", "b"]]
     path = _write(tmp_path / "d.csv", rows)
-    report = prepare(_config(path, drop_duplicates=False, splits={"train": 6, "validation": 3, "test": 3}), 0, tmp_path).report
+    report = prepare(_config(path, drop_duplicates=False, drop_leaked=False, splits={"train": 6, "validation": 3, "test": 3}),
+                     0, tmp_path).report
     assert report.dropped == {"conflicting_labels": 2}
     assert sum(report.splits.values()) == 12
 
@@ -101,7 +102,7 @@ def test_too_few_rows_says_how_many(sentiment_csv, tmp_path):
         prepare(_config(sentiment_csv, splits={"train": 300, "validation": 50, "test": 50}), 0, tmp_path)
     path = _write(tmp_path / "d.csv", [["text", "label"]] + [[f"t{i}", "ab"[i % 2]] for i in range(5)])
     with pytest.raises(DataError, match=r"5 rows .* need at least 6"):  # 10% of 5 rows rounds to 0
-        prepare(_config(path), 0, tmp_path)
+        prepare(_config(path, drop_rare_classes=False), 0, tmp_path)
 
 
 def test_same_input_and_seed_give_identical_arrow_files(sentiment_csv, tmp_path):
@@ -121,7 +122,7 @@ def test_config_seed_wins_over_sweep_seed(sentiment_csv, tmp_path):
 
 def test_cache_hit_does_not_reread(sentiment_csv, tmp_path, monkeypatch):
     first = prepare(_config(sentiment_csv), 0, tmp_path)
-    monkeypatch.setattr(data, "read_rows", lambda config: pytest.fail("cache miss: the file was read again"))
+    monkeypatch.setattr(data, "_build", lambda *a: pytest.fail("cache miss: the file was read again"))
     second = prepare(_config(sentiment_csv), 0, tmp_path)
     assert second.folder == first.folder and second.report == first.report
     assert (first.folder / "report.json").is_file()
@@ -259,7 +260,7 @@ def test_tokenize_classification(sentiment_csv, tiny_classifier, tmp_path, monke
     full = data.load_tokenized(data.tokenize(prepared, tokenizer, Task.classification, 64, tmp_path))["train"]
     assert len({len(ids) for ids in full["input_ids"]}) > 1  # ... and never padded
     assert tokenizer.pad_token_id not in full["input_ids"][0]
-    monkeypatch.setattr(data, "_tokenize_splits", lambda *a: pytest.fail("cache miss: tokenized again"))
+    monkeypatch.setattr(tokenizing, "_build", lambda *a: pytest.fail("cache miss: tokenized again"))
     assert data.tokenize(prepared, tokenizer, Task.classification, 6, tmp_path) == folder
 
 

@@ -1,0 +1,181 @@
+"""Cleaning rules: each one configurable in DataConfig and each counted, with a few examples, in the report.
+
+Rows are reduced to (text, label) or (prompt, response) pairs as they stream in; duplicate and conflict
+rules keep 16-byte digests rather than the texts, so a million rows cost little beyond the pairs themselves.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from finesweep.spaces.config import DataConfig, Task
+from finesweep.trainer.readers import EXAMPLE_CHARS, DataError, Row, Source
+
+EXAMPLES_KEPT = 3
+Pair = tuple[str, str]
+
+
+def normalise(text: str) -> str:
+    """Unicode NFKC, case folded, runs of whitespace collapsed: 'Caf\u00e9  GOOD' and 'caf\u00e9 good' compare equal."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def text_key(config: DataConfig, text: str) -> bytes:
+    """The digest texts are compared by (normalised unless data.normalize is off)."""
+    return hashlib.blake2b((normalise(text) if config.normalize else text).encode(), digest_size=16).digest()
+
+
+def _example(pair: Pair) -> str:
+    text = " | ".join(part for part in pair if part) or "(empty)"
+    return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 3] + "..."
+
+
+class Drops:
+    """Counts and a few examples of dropped rows, per rule."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.examples: dict[str, list[str]] = {}
+
+    def add(self, rule: str, pair: Pair) -> None:
+        self.counts[rule] = self.counts.get(rule, 0) + 1
+        kept = self.examples.setdefault(rule, [])
+        if len(kept) < EXAMPLES_KEPT:
+            kept.append(_example(pair))
+
+
+def columns(config: DataConfig) -> tuple[str, str]:
+    if config.task == Task.classification:
+        return config.text_column, config.label_column
+    return config.prompt_column, config.response_column
+
+
+def check_columns(config: DataConfig, source: Source, row: Row) -> None:
+    present = list(row)
+    keys = ("text", "label") if config.task == Task.classification else ("prompt", "response")
+    for key, column in zip(keys, columns(config)):
+        if column not in present:
+            close = difflib.get_close_matches(column, present, n=1, cutoff=0.4)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise DataError(
+                f"{source.name}: no column '{column}' (data.{key}_column); the file has columns {present}. "
+                f"{hint}Set data.{key}_column in the sweep file to the right name."
+            )
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else str(value).strip()
+
+
+class _LabelTypes:
+    """Refuses a label column mixing value types (1 and "positive"; 1 and "1"; 1 and 1.0).
+
+    Turning them all into strings would silently make "1" and 1 two classes, or merge two labelling schemes:
+    there is no safe guess, so the user decides. CSV/TSV cells are all strings, so this concerns JSON and Parquet.
+    """
+
+    def __init__(self, source: Source, column: str) -> None:
+        self.source, self.column = source, column
+        self.first: dict[str, tuple[int, Any]] = {}
+
+    def check(self, position: int, value: Any) -> None:
+        kind = type(value).__name__
+        if value is None or kind in self.first:
+            return
+        self.first[kind] = (position, value)
+        if len(self.first) > 1:
+            seen = "; ".join(f"{k} {v!r} at {self.source.where(p)}" for k, (p, v) in self.first.items())
+            raise DataError(
+                f"{self.source.name}: column '{self.column}' mixes label types ({seen}). Labels of different types are "
+                "ambiguous (is 1 the same class as \"1\" or \"positive\"?), so finesweep does not guess. "
+                "Fix: write every label in one type, e.g. all strings, or map the numbers to their names."
+            )
+
+
+def read_pairs(config: DataConfig, source: Source, rows: Iterable[tuple[int, Row]], drops: Drops) -> tuple[list[Pair], int]:
+    """The non-empty pairs with an allowed label, and the number of rows read."""
+    first, second = columns(config)
+    types = _LabelTypes(source, second) if config.task == Task.classification else None
+    allowed = set(config.allowed_labels) if config.allowed_labels else None
+    pairs: list[Pair] = []
+    rows_in = 0
+    for position, row in rows:
+        if rows_in == 0:
+            check_columns(config, source, row)
+        rows_in += 1
+        if types is not None:
+            types.check(position, row.get(second))
+        pair = (_cell(row.get(first)), _cell(row.get(second)))
+        if not (pair[0] and pair[1]):
+            drops.add("empty", pair)
+        elif allowed is not None and pair[1] not in allowed:
+            drops.add("label_not_allowed", pair)
+        else:
+            pairs.append(pair)
+    return pairs, rows_in
+
+
+def clean(config: DataConfig, pairs: list[Pair], drops: Drops) -> list[Pair]:
+    """Pairs left after the conflicting-label and duplicate rules (in that order)."""
+    classification = config.task == Task.classification
+    if classification and config.drop_conflicts:
+        # Before dropping duplicates: dedupe keeps the first label and would hide the conflict.
+        pairs = _drop_conflicts(config, pairs, drops)
+    if config.drop_duplicates:
+        pairs = list(_drop_duplicates(config, pairs, drops, by_text=classification))
+    return pairs
+
+
+def _drop_conflicts(config: DataConfig, pairs: list[Pair], drops: Drops) -> list[Pair]:
+    label_of: dict[bytes, str] = {}
+    torn: set[bytes] = set()
+    keys = [text_key(config, text) for text, _ in pairs]
+    for key, (_, label) in zip(keys, pairs):
+        if label_of.setdefault(key, label) != label:
+            torn.add(key)
+    kept = []
+    for key, pair in zip(keys, pairs):
+        if key in torn:  # no way to know which label is right: keep none of them
+            drops.add("conflicting_labels", pair)
+        else:
+            kept.append(pair)
+    return kept
+
+
+def _drop_duplicates(config: DataConfig, pairs: list[Pair], drops: Drops, by_text: bool) -> Iterator[Pair]:
+    exact: set[bytes] = set()
+    near: set[bytes] = set()
+    for pair in pairs:
+        parts = pair[:1] if by_text else pair
+        exact_key = hashlib.blake2b("\0".join(parts).encode(), digest_size=16).digest()
+        near_key = hashlib.blake2b("\0".join(map(normalise, parts)).encode(), digest_size=16).digest()
+        if exact_key in exact:
+            drops.add("duplicate", pair)
+        elif config.normalize and near_key in near:
+            drops.add("near_duplicate", pair)  # equal only after NFKC, case folding and whitespace collapsing
+        else:
+            exact.add(exact_key)
+            near.add(near_key)
+            yield pair
+
+
+def drop_rare_classes(config: DataConfig, pairs: list[Pair], drops: Drops, splits: int = 3) -> list[Pair]:
+    """Without one row per split a class cannot be stratified, and would be missing from some split."""
+    if config.task != Task.classification or not config.drop_rare_classes:
+        return pairs
+    counts = Counter(label for _, label in pairs)
+    rare = {label for label, n in counts.items() if n < splits}
+    if not rare:
+        return pairs
+    kept = []
+    for pair in pairs:
+        if pair[1] in rare:
+            drops.add("rare_class", pair)
+        else:
+            kept.append(pair)
+    return kept

@@ -1,0 +1,191 @@
+"""Tokenizing prepared splits per candidate tokenizer (cached), the rows-too-long rule, and the vocabulary check."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from finesweep.spaces.config import Task
+from finesweep.trainer.readers import DataError
+
+if TYPE_CHECKING:
+    from datasets import DatasetDict
+
+log = logging.getLogger(__name__)
+
+# Bump when tokenizing changes, so old cache entries are never reused.
+TOKENIZE_VERSION = "tokenize-v2"
+SUMMARY_FILE = "tokenize_report.json"
+TOO_LONG = "_too_long"
+
+
+def tokenizer_identity(tokenizer: Any) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        state = json.loads(backend.to_str())
+        # A call with truncation/padding rewrites these in the backend; they are per-call settings, not identity.
+        state.pop("truncation", None), state.pop("padding", None)
+        vocab = json.dumps(state, sort_keys=True)
+    else:
+        vocab = json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    parts = [type(tokenizer).__name__, str(tokenizer.name_or_path), str(len(tokenizer)), str(tokenizer.eos_token),
+             str(tokenizer.truncation_side), hashlib.sha256(vocab.encode()).hexdigest()]
+    return "|".join(parts)
+
+
+def _key(prepared_folder: Path, tokenizer: Any, task: Task, max_seq_len: int, too_long: str) -> str:
+    parts = [TOKENIZE_VERSION, prepared_folder.name, tokenizer_identity(tokenizer), Task(task).value, str(max_seq_len), too_long]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def _lengths(tokenizer: Any, texts: list[str]) -> list[int]:
+    return [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]]
+
+
+def _classification_fn(tokenizer: Any, max_seq_len: int):
+    def encode(batch: dict[str, list]) -> dict[str, list]:
+        out = tokenizer(batch["text"], truncation=True, max_length=max_seq_len)
+        return {"input_ids": out["input_ids"], "attention_mask": out["attention_mask"], "labels": batch["label"],
+                TOO_LONG: [n > max_seq_len for n in _lengths(tokenizer, batch["text"])]}
+
+    return encode
+
+
+def _causal_fn(tokenizer: Any, max_seq_len: int):
+    if tokenizer.eos_token is None:
+        raise DataError(
+            f"tokenizer {tokenizer.name_or_path}: no end-of-sequence token; causal_lm needs one to end each response. "
+            "Use a causal LM tokenizer that defines eos_token (its tokenizer_config.json), or task: classification."
+        )
+
+    def encode(batch: dict[str, list]) -> dict[str, list]:
+        starts = [len(p) + 1 for p in batch["prompt"]]  # the response begins after prompt + "\n"
+        texts = [p + "\n" + r + tokenizer.eos_token for p, r in zip(batch["prompt"], batch["response"])]
+        out = tokenizer(texts, truncation=True, max_length=max_seq_len, return_offsets_mapping=True)
+        labels = []
+        for ids, offsets, start in zip(out["input_ids"], out["offset_mapping"], starts):
+            # Loss only on the response: a token that begins inside the prompt (or a special token at 0) is masked.
+            labels.append([tok if begin >= start else -100 for tok, (begin, _) in zip(ids, offsets)])
+        return {"input_ids": out["input_ids"], "attention_mask": out["attention_mask"], "labels": labels,
+                TOO_LONG: [n > max_seq_len for n in _lengths(tokenizer, texts)]}
+
+    return encode
+
+
+def _keep(part, predicate, fingerprint: str):
+    return part.filter(predicate, keep_in_memory=True, new_fingerprint=fingerprint)
+
+
+def _tokenize_split(part, fn, task: Task, too_long: str, key: str) -> tuple[Any, dict[str, int]]:
+    """One split tokenized, and how many rows were too long / dropped for having no response token left."""
+    # keep_in_memory: never write cache files into the prepared folder; the fingerprint is our own key,
+    # so datasets does not try to hash the tokenizer.
+    mapped = part.map(fn, batched=True, remove_columns=part.column_names, keep_in_memory=True, new_fingerprint=key)
+    counts = {"too_long": sum(mapped[TOO_LONG]), "no_response_token": 0}
+    if too_long == "drop" and counts["too_long"]:
+        mapped = _keep(mapped, lambda row: not row[TOO_LONG], f"{key}-short")
+    if task == Task.causal_lm:
+        kept = _keep(mapped, lambda row: any(x != -100 for x in row["labels"]), f"{key}-kept")
+        counts["no_response_token"] = len(mapped) - len(kept)
+        mapped = kept
+    return mapped.remove_columns(TOO_LONG), counts
+
+
+def _max_id(splits: "DatasetDict") -> int:
+    return max((max(ids) for part in splits.values() for ids in part["input_ids"] if ids), default=-1)
+
+
+def _build(prepared_folder: Path, tokenizer: Any, task: Task, max_seq_len: int, too_long: str, key: str, work: Path) -> None:
+    from datasets import DatasetDict, load_from_disk
+
+    splits = load_from_disk(str(prepared_folder))
+    fn = _classification_fn(tokenizer, max_seq_len) if task == Task.classification else _causal_fn(tokenizer, max_seq_len)
+    out, counts = {}, {}
+    for name, part in splits.items():
+        out[name], counts[name] = _tokenize_split(part, fn, task, too_long, f"{key}-{name}")
+        if counts[name]["no_response_token"]:
+            log.warning("%s: %d rows dropped: max_seq_len %d leaves no response token", name,
+                        counts[name]["no_response_token"], max_seq_len)
+    tokenized = DatasetDict(out)
+    tokenized.save_to_disk(str(work))
+    summary = {"max_seq_len": max_seq_len, "too_long_action": too_long, "per_split": counts, "max_token_id": _max_id(tokenized)}
+    (work / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+
+
+def publish(work: Path, final: Path) -> None:
+    """Move a finished folder into place in one step, so a crash never leaves half a cache entry."""
+    try:
+        os.replace(work, final)
+    except OSError:  # another process published the same entry first: theirs is identical
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def tokenize_summary(folder: Path) -> dict[str, Any]:
+    """What tokenize() counted: rows too long per split, rows without a response token, the largest token id."""
+    return json.loads((Path(folder) / SUMMARY_FILE).read_text(encoding="utf-8"))
+
+
+def check_vocab(folder: Path, vocab_size: int, model_name: str) -> None:
+    """A token id at or beyond the embedding matrix means the tokenizer belongs to another model."""
+    max_id = tokenize_summary(folder)["max_token_id"]
+    if max_id >= vocab_size:
+        raise DataError(
+            f"model '{model_name}': its tokenizer produces token id {max_id} on the data, but the model's embedding "
+            f"matrix has only {vocab_size} rows (config vocab_size): the tokenizer does not belong to this model, and "
+            "training would fail with an index error. Fix: give models[].path a folder whose tokenizer files match "
+            "its weights (the same checkpoint), or resize the embeddings before the sweep."
+        )
+
+
+def model_vocab_size(candidate, trust_remote_code: bool = False) -> int | None:
+    """Rows of the candidate's embedding matrix, from its config (config_overrides applied); None if unknown."""
+    from transformers import AutoConfig
+
+    from finesweep.trainer.models import _source
+
+    source, kwargs = _source(candidate, trust_remote_code)
+    config = AutoConfig.from_pretrained(source, **kwargs)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab = candidate.config_overrides.get("vocab_size", getattr(text_config, "vocab_size", None))
+    return vocab if isinstance(vocab, int) else None
+
+
+def tokenize(prepared, tokenizer: Any, task: Task, max_seq_len: int, cache_root: Path, *,
+             too_long: str = "truncate", vocab_size: int | None = None, model_name: str | None = None) -> Path:
+    """Tokenized splits (no padding; too-long rows truncated or dropped) in cache_root/tokenized/<hash>; returns that folder.
+
+    With vocab_size (the model config's), a token id beyond the embedding matrix raises a DataError naming model_name.
+    """
+    key = _key(prepared.folder, tokenizer, task, max_seq_len, too_long)
+    final = Path(cache_root) / "tokenized" / key
+    if not (final / SUMMARY_FILE).is_file():
+        work = final.with_name(f"{key}.tmp-{os.getpid()}")
+        shutil.rmtree(work, ignore_errors=True)
+        _build(prepared.folder, tokenizer, Task(task), max_seq_len, too_long, key, work)
+        publish(work, final)
+    if vocab_size is not None:
+        check_vocab(final, vocab_size, model_name or str(tokenizer.name_or_path))
+    return final
+
+
+def load_tokenized(folder: Path) -> "DatasetDict":
+    """The DatasetDict saved in `folder` (memory-mapped Arrow)."""
+    from datasets import load_from_disk
+
+    return load_from_disk(str(folder))
+
+
+def collator(tokenizer: Any, task: Task):
+    """Pads each batch to its longest row; causal_lm labels are padded with -100 so padding carries no loss."""
+    from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding
+
+    if tokenizer.pad_token is None:
+        raise ValueError("the tokenizer has no pad token; load it with finesweep.trainer.models.load_tokenizer (pads with eos)")
+    if Task(task) == Task.classification:
+        return DataCollatorWithPadding(tokenizer)
+    return DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100)
