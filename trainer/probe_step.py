@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 
 from finesweep.spaces import Method, ModelCandidate, Precision, Task
 
-_STEPS_PER_ATTEMPT = 2  # the first step allocates optimizer state; the second is the one timed
+_WARMUP_STEPS = 1  # the first step allocates optimizer state and warms kernels: measured for memory, never timed
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class ProbeRequest:
     batch: int
     trust_remote_code: bool = False
     lora_r: int = 8
+    mode: str = "train"  # "train": forward+backward+AdamW; "eval": one forward under no_grad
+    timed_steps: int = 1  # train steps timed after the warm-up one (the median is reported)
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class ProbeAttempt:
     seconds_per_step: float
     out_of_memory: bool = False
     error: str | None = None
+    steps: int = 0  # steps run (forward-only ones included): the probe's cost
+    mode: str = "train"
 
     @property
     def samples_per_second(self) -> float:
@@ -87,6 +92,21 @@ class CudaMemoryGauge:
         return int(torch.cuda.max_memory_allocated())
 
 
+def pin_malloc_thresholds() -> None:
+    """Serve every large block by mmap, so memory freed by one attempt leaves the process before the next.
+
+    glibc raises its mmap threshold after large frees, after which big tensors come from the heap and stay
+    there fragmented: peaks then drift up with the history of the process (measured: +3% at a batch of 64
+    after one of 128). A fixed threshold switches that adjustment off, so a peak depends on its batch only.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+    libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
+
+
 def _return_freed_memory_to_os() -> None:
     # glibc keeps freed heap pages; without a trim a small attempt after a big one reads the big one's peak.
     try:
@@ -124,41 +144,71 @@ def _load(request: ProbeRequest):
 
 
 def run_attempt(request: ProbeRequest, cache: _ModelCache, gauge: MemoryGauge, device: str) -> ProbeAttempt:
-    """Train `_STEPS_PER_ATTEMPT` real steps at request.batch; out-of-memory is a result, not a crash."""
+    """Real steps at request.batch (train or eval mode); out-of-memory is a result, not a crash."""
     import torch
 
     model = cache.get(request, device)
+    steps = _WARMUP_STEPS + request.timed_steps if request.mode == "train" else 1
     gauge.reset()
     try:
-        seconds = _train_steps(model, request, device)
+        seconds = _train_steps(model, request, device) if request.mode == "train" else _eval_step(model, request, device)
     except torch.OutOfMemoryError:
-        return ProbeAttempt(request.batch, gauge.peak(), 0.0, out_of_memory=True)
-    return ProbeAttempt(request.batch, gauge.peak(), seconds)
+        return ProbeAttempt(request.batch, gauge.peak(), 0.0, out_of_memory=True, steps=steps, mode=request.mode)
+    return ProbeAttempt(request.batch, gauge.peak(), seconds, steps=steps, mode=request.mode)
+
+
+def _autocast(request: ProbeRequest, device: str):
+    import torch
+
+    dtype = {Precision.bf16.value: torch.bfloat16, Precision.fp16.value: torch.float16}.get(request.precision)
+    return torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None)
 
 
 def _train_steps(model, request: ProbeRequest, device: str) -> float:
+    """Seconds per step: the median of the timed steps (the warm-up step is measured for memory only)."""
     import torch
 
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-6)
     inputs = _fake_batch(model, request, device)
-    dtype = {Precision.bf16.value: torch.bfloat16, Precision.fp16.value: torch.float16}.get(request.precision)
-    seconds = 0.0
+    seconds: list[float] = []
     try:
-        for _ in range(_STEPS_PER_ATTEMPT):
+        for _ in range(_WARMUP_STEPS + request.timed_steps):
             start = time.perf_counter()
-            with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
+            with _autocast(request, device):
                 loss = model(**inputs).loss
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            seconds = time.perf_counter() - start
+            _synchronize(device)
+            seconds.append(time.perf_counter() - start)
     finally:
         del optimizer, inputs
-    return seconds
+    return statistics.median(seconds[_WARMUP_STEPS:])
+
+
+def _eval_step(model, request: ProbeRequest, device: str) -> float:
+    """One forward pass under no_grad, as evaluation runs it: no activations kept, no gradients."""
+    import torch
+
+    model.eval()
+    inputs = _fake_batch(model, request, device)
+    start = time.perf_counter()
+    try:
+        with torch.no_grad(), _autocast(request, device):
+            model(**inputs)
+        _synchronize(device)
+    finally:
+        del inputs
+    return time.perf_counter() - start
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
 
 
 def _fake_batch(model, request: ProbeRequest, device: str) -> dict:
@@ -180,6 +230,8 @@ def worker_main(connection, device: str, threads: int) -> None:
     import torch
 
     torch.set_num_threads(max(1, threads))
+    if device != "cuda":
+        pin_malloc_thresholds()
     gauge: MemoryGauge = CudaMemoryGauge() if device == "cuda" else ProcessMemoryGauge()
     cache = _ModelCache()
     while (message := connection.recv()) is not None:
