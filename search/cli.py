@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -127,23 +126,38 @@ def schema(markdown: bool = typer.Option(False, "--markdown", help="Print the re
     typer.echo(json.dumps(json_schema(), indent=2))
 
 
+def _sweep_root(sweep: Path) -> Path:
+    """The folder of a sweep given as its folder or its sweep file; it must have started once."""
+    from finesweep.search.sweep import sweep_folder
+    from finesweep.spaces import SweepFileError
+
+    root = sweep.resolve() if sweep.is_dir() else sweep_folder(_load(sweep)).root
+    if not (root / "sweep-state.json").is_file():
+        raise SweepFileError(f"{root}: no sweep has run here yet (no sweep-state.json). Run `finesweep run <sweep.yaml>` first.")
+    return root
+
+
 def _store_of(sweep: Path, tracking_uri: str | None) -> tuple[str, dict]:
     """The tracking URI and saved state of a sweep given as its file or its folder."""
-    from finesweep.search.sweep import sweep_folder
-    from finesweep.search.tracking import default_tracking_uri
+    from finesweep.search.sweep import read_state
 
-    if sweep.is_dir():
-        root = sweep.resolve()
-        uri = tracking_uri
-    else:
-        config = _load(sweep)
-        root, uri = sweep_folder(config).root, tracking_uri or config.tracking.uri
-    state_file = root / "sweep-state.json"
-    if not state_file.is_file():
-        from finesweep.spaces import SweepFileError
+    state = read_state(_sweep_root(sweep))
+    return tracking_uri or state["tracking_uri"], state
 
-        raise SweepFileError(f"{root}: no sweep has run here yet (no sweep-state.json). Run `finesweep run <sweep.yaml>` first.")
-    return uri or default_tracking_uri(root), json.loads(state_file.read_text())
+
+@app.command()
+def resume(sweep: Path = SweepArg,
+           address: Optional[str] = typer.Option(None, help="Ray cluster to join; default: a local Ray."),
+           verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs.")) -> None:
+    """Continue an interrupted sweep: finished trials stay, unfinished ones go on from their last checkpoint."""
+    _quiet_libraries(verbose)
+    with user_errors():
+        root = _sweep_root(sweep)
+        from finesweep.search.sweep import resume as resume_sweep
+
+        summary = resume_sweep(root, address=address)
+    if summary.get("best") is None:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -179,7 +193,9 @@ def ui(sweep: Path = SweepArg, port: int = typer.Option(5000, help="Port of the 
         uri, state = _store_of(sweep, tracking_uri)
     typer.echo(f"MLflow UI: http://{host}:{port}/#/experiments/{state['experiment_id']}  (Ctrl+C stops it)")
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
-    raise typer.Exit(subprocess.call(command))
+    sys.stdout.flush()
+    # Become the UI process, so stopping `finesweep ui` (Ctrl+C, SIGTERM) stops the server too.
+    os.execv(sys.executable, command)
 
 
 @app.command()

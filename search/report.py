@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Callable
+from typing import Any
 
 from rich.console import Console as RichConsole
 from rich.table import Table
@@ -34,38 +34,24 @@ class Console:
         self.out.print(report.render())
 
     def lengths(self, lengths: dict[str, dict[str, float]], max_seq_len: int) -> None:
-        parts = [f"{name}: p50 {v['p50']:.0f}, p95 {v['p95']:.0f}, p99 {v['p99']:.0f}, max {v['max']:.0f}"
-                 for name, v in lengths.items()]
-        self.out.print(f"token lengths ({'; '.join(parts)}) -> max_seq_len {max_seq_len}")
-        self.step("Probing memory: largest micro-batch per model, precision and method")
+        covered = min(v["p99"] for v in lengths.values()) if lengths else 0
+        self.out.print(f"max_seq_len {max_seq_len} (p99 of the training texts: {covered:.0f} tokens)")
 
     def probe_table(self, results: dict[str, Any]) -> None:
-        table = Table("model", "precision", "method", "seq len", "max micro-batch", "peak memory",
-                      "samples/s", "attempts", "seconds", title="Memory probe")
+        table = Table("model", "precision", "method", "seq len", "max micro-batch", "micro-batch used", "eval batch",
+                      "peak memory (max)", "samples/s (used)", "probe steps", "seconds",
+                      title="Memory probe (fits: peak x (1 + margin) <= budget)")
         for r in results.values():
-            peak = max((a["peak_bytes"] for a in r.attempts if a["batch"] == r.max_micro_batch), default=0)
-            table.add_row(r.model, r.precision, r.method, str(r.seq_len), str(r.max_micro_batch),
-                          f"{peak / 2**30:.2f} / {r.budget_bytes / 2**30:.2f} GiB", f"{r.samples_per_second:.1f}",
-                          str(len(r.attempts)), f"{r.seconds:.1f}")
+            peak = (r.attempt_at(r.max_micro_batch) or {}).get("peak_bytes", 0)
+            table.add_row(r.model, r.precision, r.method, str(r.seq_len), str(r.max_micro_batch), str(r.micro_batch),
+                          str(r.eval_batch_size), f"{peak / 2**30:.2f} / {r.budget_bytes / 2**30:.2f} GiB (margin {r.margin:.0%})",
+                          f"{r.samples_per_second:.1f}", f"{r.probe_steps} ({len(r.attempts)} attempts)", f"{r.seconds:.1f}")
         self.out.print(table)
         self.step("Searching: Ray Tune trials sampled by Optuna, stopped early by ASHA")
 
-    def trial_event(self, metric: str) -> Callable[[str, Any, dict], None]:
+    def trial_event(self, metric: str) -> "TrialEventPrinter":
         """A callback for the Tune callback: one line per evaluation and per trial end."""
-
-        def show(kind: str, trial, result: dict) -> None:
-            name = trial.trial_id
-            if kind == "result":
-                c = trial.config
-                shown = dict.fromkeys([metric, "eval_loss", "eval_accuracy"])
-                values = " ".join(f"{k}={_fmt(result[k])}" for k in shown if k in result)
-                self.out.print(
-                    f"  trial {name} {c.get('model')} {c.get('precision')} lr={c.get('learning_rate', 0):.2e} "
-                    f"batch={c.get('effective_batch_size')}: step {result.get('step')} {values}")
-            else:
-                self.out.print(f"  trial {name} ended: {result.get('state')}")
-
-        return show
+        return TrialEventPrinter(metric)
 
     def leaderboard(self, tracker, experiment_id: str, parent_run_id: str, metric: str, mode: str) -> None:
         self.out.print(leaderboard_table(tracker, experiment_id, parent_run_id, metric, mode))
@@ -84,6 +70,31 @@ class Console:
         self.out.rule("done")
         self.out.print(f"wall time {summary.get('wall_seconds')} s; export: {summary.get('export_dir')}")
         self.out.print(f"MLflow store {tracking_uri} (experiment {experiment_id}); open it with: finesweep ui")
+
+
+class TrialEventPrinter:
+    """Prints one line per evaluation and per trial end. Picklable: Tune saves it with the experiment, and a
+    resumed sweep prints through the restored copy."""
+
+    def __init__(self, metric: str):
+        self.metric = metric
+        self._console: Console | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"metric": self.metric, "_console": None}
+
+    def __call__(self, kind: str, trial, result: dict) -> None:
+        if self._console is None:
+            self._console = Console()
+        if kind == "end":
+            self._console.out.print(f"  trial {trial.trial_id} ended: {result.get('state')}")
+            return
+        c = trial.config
+        shown = dict.fromkeys([self.metric, "eval_loss", "eval_accuracy"])
+        values = " ".join(f"{k}={_fmt(result[k])}" for k in shown if k in result)
+        self._console.out.print(
+            f"  trial {trial.trial_id} {c.get('model')} {c.get('precision')} lr={c.get('learning_rate', 0):.2e} "
+            f"batch={c.get('effective_batch_size')}: step {result.get('step')} {values}")
 
 
 def leaderboard_table(tracker, experiment_id: str, parent_run_id: str, metric: str, mode: str) -> Table:

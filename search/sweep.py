@@ -59,18 +59,26 @@ class PreparedSweep:
 
 
 def prepare_data(config: SweepConfig, folder: SweepFolder, console: Console) -> PreparedSweep:
-    """Load, clean, split; then tokenize once per candidate (cached by content)."""
+    """Load, clean, split; then tokenize once per candidate (cached by content). The length histogram's PNG
+    is at `prepared.length_plot` (next to report.json), for the parent run."""
     from finesweep.trainer import data, models
-    from finesweep.trainer.lengths import covering_length, length_percentiles
+    from finesweep.trainer.lengths import covering_length, percentiles, token_lengths
+    from finesweep.trainer.tokenizing import model_vocab_size
 
     prepared = data.prepare(config.data, config.seed, folder.cache)
-    console.data_report(prepared.report)
     tokenizers = {name: models.load_tokenizer(config.candidate(name), config.trust_remote_code) for name in config.model_names}
-    lengths = {name: length_percentiles(prepared.folder, tok, config.data.task) for name, tok in tokenizers.items()}
+    measured = {name: token_lengths(prepared.folder, tok, config.data.task) for name, tok in tokenizers.items()}
+    lengths = {name: percentiles(values) for name, values in measured.items()}
     max_seq_len = config.data.max_seq_len or max(
         covering_length(lengths[name], _model_limit(tok)) for name, tok in tokenizers.items())
-    tokenized = {name: str(data.tokenize(prepared, tok, config.data.task, max_seq_len, folder.cache))
-                 for name, tok in tokenizers.items()}
+    tokenized, tokens = {}, {}
+    for name, tok in tokenizers.items():
+        vocab = model_vocab_size(config.candidate(name), config.trust_remote_code)
+        tokenized[name] = str(data.tokenize(prepared, tok, config.data.task, max_seq_len, folder.cache,
+                                            too_long=config.data.too_long, vocab_size=vocab, model_name=name))
+        tokens[name] = data.token_entry(tok, lengths[name], Path(tokenized[name]))
+    data.finish_report(prepared, tokens, measured, max_seq_len)
+    console.data_report(prepared.report)
     console.lengths(lengths, max_seq_len)
     return PreparedSweep(prepared, tokenized, max_seq_len, lengths)
 
@@ -84,6 +92,7 @@ def probe(config: SweepConfig, folder: SweepFolder, device: Device, precisions: 
           data: PreparedSweep, console: Console) -> dict[str, Any]:
     from finesweep.search.probe import probe_all
 
+    console.step("Probing memory: largest micro-batch per model, precision and method")
     labels = len(data.prepared.label_names or []) or 2
     results = probe_all(config, device, precisions, data.max_seq_len, labels, folder.probe_file)
     console.probe_table(results)
@@ -99,59 +108,114 @@ def start_parent_run(config: SweepConfig, folder: SweepFolder, tracker: Tracker)
     return experiment_id, parent
 
 
-def run(config: SweepConfig, *, address: str | None = None, tracking_uri: str | None = None,
-        console: Console | None = None) -> dict[str, Any]:
-    """Run the whole sweep; returns the summary that is also written to <sweep>/summary.json."""
-    console = console or Console()
-    started = time.perf_counter()
-    folder = sweep_folder(config)
+@dataclass
+class Session:
+    """What the search and the export of one sweep share, whether it starts or resumes."""
+
+    config: SweepConfig
+    folder: SweepFolder
+    data: PreparedSweep
+    probes: dict[str, Any]
+    precisions: list[str]
+    tracker: Tracker
+    console: Console
+    experiment_id: str = ""
+    parent: str = ""
+    started: float = field(default_factory=time.perf_counter)
+
+
+def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console) -> Session:
+    """Data and probe (both cached by content, so a resume redoes neither) and the tracking store."""
     folder.root.mkdir(parents=True, exist_ok=True)
     device = resolve_device()
     precisions = usable_precisions([p.value for p in config.space.precision], device)
     console.header(config, device, folder.root)
     data = prepare_data(config, folder, console)
     probes = probe(config, folder, device, precisions, data, console)
-
     tracker = Tracker(tracking_uri or config.tracking.uri or default_tracking_uri(folder.root))
-    experiment_id, parent = start_parent_run(config, folder, tracker)
-    tracker.log_json(parent, data.prepared.report.to_dict(), "data_report.json")
-    tracker.log_json(parent, {k: asdict(v) for k, v in probes.items()}, "probe.json")
-    tracker.log_json(parent, data.lengths, "token_lengths.json")
+    return Session(config, folder, data, probes, precisions, tracker, console)
+
+
+def run(config: SweepConfig, *, address: str | None = None, tracking_uri: str | None = None,
+        console: Console | None = None) -> dict[str, Any]:
+    """Run the whole sweep; returns the summary that is also written to <sweep>/summary.json."""
+    session = _open(config, sweep_folder(config), tracking_uri, console or Console())
+    session.experiment_id, session.parent = start_parent_run(config, session.folder, session.tracker)
+    for obj, name in ((session.data.prepared.report.to_dict(), "data_report.json"),
+                      ({k: asdict(v) for k, v in session.probes.items()}, "probe.json"),
+                      (session.data.lengths, "token_lengths.json")):
+        session.tracker.log_json(session.parent, obj, name)
+    if session.data.prepared.length_plot:
+        session.tracker.log_file(session.parent, session.data.prepared.length_plot, "data")
+    tune_experiment = f"tune-{time.strftime('%Y%m%d-%H%M%S')}"
+    _save_state(session, tune_experiment)
+    return _search_and_export(session, address, tune_experiment, resume=False)
+
+
+def resume(sweep_dir: Path, *, address: str | None = None, console: Console | None = None) -> dict[str, Any]:
+    """Continue an interrupted sweep from its folder: Tune's experiment state, the same MLflow runs."""
+    state = read_state(sweep_dir)
+    config = SweepConfig.model_validate(state["config"])
+    session = _open(config, SweepFolder(Path(state["root"])), state["tracking_uri"], console or Console())
+    session.experiment_id, session.parent = state["experiment_id"], state["parent_run_id"]
+    session.tracker.client.update_run(session.parent, status="RUNNING")
+    session.console.step(f"Resuming the search from {state['tune_experiment']}")
+    return _search_and_export(session, address, state["tune_experiment"], resume=True)
+
+
+def read_state(sweep_dir: Path) -> dict[str, Any]:
+    """What `run` recorded for later commands (resume, status, ui)."""
+    path = Path(sweep_dir) / "sweep-state.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{sweep_dir}: no sweep has started here (no sweep-state.json)")
+    return json.loads(path.read_text())
+
+
+def _save_state(session: Session, tune_experiment: str) -> None:
+    session.folder.state_file.write_text(json.dumps({
+        "root": str(session.folder.root), "config": session.config.model_dump(mode="json"),
+        "tracking_uri": session.tracker.uri, "experiment_id": session.experiment_id,
+        "parent_run_id": session.parent, "tune_experiment": tune_experiment,
+    }, indent=1))
+
+
+def _search_and_export(session: Session, address: str | None, tune_experiment: str, resume: bool) -> dict[str, Any]:
+    tracker = session.tracker
     try:
-        best, results = _search(config, folder, data, probes, precisions, tracker, experiment_id, parent, address, console)
-        summary = _finish(config, folder, data, best, tracker, parent, console)
+        best = _search(session, address, tune_experiment, resume)
+        summary = _finish(session.config, session.folder, session.data, best, tracker, session.parent, session.console)
     except BaseException:
-        tracker.finish(parent, "FAILED")
+        tracker.finish(session.parent, "FAILED")
         raise
-    summary["wall_seconds"] = round(time.perf_counter() - started, 1)
-    tracker.log_metrics(parent, {"sweep_wall_seconds": summary["wall_seconds"]}, 0)
-    tracker.finish(parent)
-    (folder.root / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    console.done(summary, tracker.uri, experiment_id)
+    summary["wall_seconds"] = round(time.perf_counter() - session.started, 1)
+    tracker.log_metrics(session.parent, {"sweep_wall_seconds": summary["wall_seconds"]}, 0)
+    tracker.finish(session.parent)
+    (session.folder.root / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    session.console.done(summary, tracker.uri, session.experiment_id)
     return summary
 
 
-def _search(config, folder, data, probes, precisions, tracker, experiment_id, parent, address, console):
+def _search(session: Session, address: str | None, tune_experiment: str, resume: bool):
     from finesweep.search.best import pick_best
     from finesweep.search.trainable import TrialContext
-    from finesweep.search.tune import TrialEndRecorder, TuneSetup, make_tuner, start_ray
+    from finesweep.search.tune import TrialEndRecorder, TuneSetup, make_tuner, restore_tuner, start_ray
 
+    config, tracker = session.config, session.tracker
     context = TrialContext(
-        sweep=config.model_dump(mode="json"), tokenized=data.tokenized, label_names=data.prepared.label_names,
-        micro_batches={k: v.max_micro_batch for k, v in probes.items()}, tracking_uri=tracker.uri,
-        experiment_id=experiment_id, parent_run_id=parent,
+        sweep=config.model_dump(mode="json"), tokenized=session.data.tokenized,
+        label_names=session.data.prepared.label_names,
+        micro_batches={k: v.micro_batch for k, v in session.probes.items()},
+        eval_batches={k: v.eval_batch_size for k, v in session.probes.items()}, tracking_uri=tracker.uri,
+        experiment_id=session.experiment_id, parent_run_id=session.parent,
     )
     start_ray(address)
     evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
-    recorder = TrialEndRecorder(tracker.uri, context, evaluations, console.trial_event(config.search.metric))
-    setup = TuneSetup(context, folder.tune, f"tune-{time.strftime('%Y%m%d-%H%M%S')}", precisions, [recorder])
-    folder.state_file.write_text(json.dumps({"parent_run_id": parent, "experiment_id": experiment_id,
-                                             "tune_experiment": str(folder.tune / setup.experiment_name)}))
-    results = make_tuner(config, setup).fit()
+    recorder = TrialEndRecorder(tracker.uri, context, evaluations, session.console.trial_event(config.search.metric))
+    setup = TuneSetup(context, session.folder.tune, tune_experiment, session.precisions, [recorder])
+    results = (restore_tuner(config, setup) if resume else make_tuner(config, setup)).fit()
     recorder.close_unfinished("stopped_by_time_budget")
-    best = pick_best(results, config.search.metric, config.search.mode)
-    console.leaderboard(tracker, experiment_id, parent, config.search.metric, config.search.mode)
-    return best, results
+    session.console.leaderboard(tracker, session.experiment_id, session.parent, config.search.metric, config.search.mode)
+    return pick_best(results, config.search.metric, config.search.mode)
 
 
 def _finish(config, folder, data, best, tracker: Tracker, parent: str, console: Console) -> dict[str, Any]:

@@ -6,6 +6,7 @@ so it runs the same in a local Ray and on a cluster's workers.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from finesweep.spaces import SweepConfig
 from finesweep.trainer.trial import TrialPlan, plan_batches
 
 ERROR_TAG = "finesweep.error"
+RESUMED_TAG = "finesweep.resumed_from_step"
 
 
 @dataclass(frozen=True)
@@ -26,13 +28,14 @@ class TrialContext:
     sweep: dict[str, Any]  # SweepConfig.model_dump(mode="json")
     tokenized: dict[str, str]  # model name -> tokenized splits folder
     label_names: list[str] | None
-    micro_batches: dict[str, int]  # combination_key -> largest micro-batch that fits
+    micro_batches: dict[str, int]  # combination_key -> micro-batch the probe chose (it fits the budget)
+    eval_batches: dict[str, int]  # combination_key -> evaluation batch that fits
     tracking_uri: str
     experiment_id: str
     parent_run_id: str
 
 
-def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str) -> TrialPlan:
+def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, resume_from: str | None = None) -> TrialPlan:
     """The trial's full recipe from Optuna's sample and the sweep's shared context."""
     config = SweepConfig.model_validate(context.sweep)
     key = combination_key(params["model"], params["precision"], params["method"])
@@ -51,11 +54,13 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str) -
         weight_decay=float(params["weight_decay"]),
         warmup_ratio=float(params["warmup_ratio"]),
         batch=plan_batches(int(params["effective_batch_size"]), max_micro),
+        eval_batch=context.eval_batches.get(key) or max_micro,
         max_steps=config.search.max_steps,
         eval_every_steps=config.search.eval_every_steps,
         seed=config.seed,
         threads=int(config.resources.cpus_per_trial),
         trust_remote_code=config.trust_remote_code,
+        resume_from=resume_from,
         lora_r=params.get("lora_r"),
         lora_alpha=params.get("lora_alpha"),
         lora_dropout=config.space.lora_dropout,
@@ -65,20 +70,26 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str) -
 class TuneMlflowSink:
     """Sends each evaluation to Tune (with its checkpoint) and to the trial's MLflow run."""
 
-    def __init__(self, tracker: Tracker, run_id: str, samples_per_step: int):
+    def __init__(self, tracker: Tracker, run_id: str, samples_per_step: int, start_step: int = 0, logged_through: int = 0):
         self.tracker, self.run_id = tracker, run_id
         self.samples_per_step = samples_per_step
+        self.start_step = start_step
+        # A resumed trial redoes the steps between its last checkpoint and the crash; MLflow already has them.
+        self.logged_through = logged_through
         self.started = time.perf_counter()
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
-        self.tracker.log_metrics(self.run_id, metrics, step)
+        if step > self.logged_through:
+            self.tracker.log_metrics(self.run_id, metrics, step)
 
     def on_evaluation(self, step: int, metrics: dict[str, float], checkpoint_dir: Path) -> None:
         from ray import tune
 
         elapsed = time.perf_counter() - self.started
-        metrics = {**metrics, "train_samples_per_second_so_far": step * self.samples_per_step / max(elapsed, 1e-9)}
-        self.tracker.log_metrics(self.run_id, metrics, step)
+        samples = (step - self.start_step) * self.samples_per_step
+        metrics = {**metrics, "train_samples_per_second_so_far": samples / max(elapsed, 1e-9)}
+        if step > self.logged_through:
+            self.tracker.log_metrics(self.run_id, metrics, step)
         tune.report({**metrics, "step": step, "mlflow_run_id": self.run_id},
                     checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)))
 
@@ -94,9 +105,10 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
     run_id = tracker.trial_run(context.experiment_id, context.parent_run_id, trial.get_trial_id()) or tracker.start_run(
         context.experiment_id, trial.get_trial_name(), {TRIAL_TAG: trial.get_trial_id()}, context.parent_run_id)
     try:
-        plan = build_plan(params, context, str(Path(trial.get_trial_dir()) / "hf"))
+        output_dir = Path(trial.get_trial_dir()) / "hf"
+        plan = build_plan(params, context, str(output_dir), _restored_checkpoint(output_dir))
         tracker.log_params(run_id, plan.params())
-        train(plan, TuneMlflowSink(tracker, run_id, plan.batch.effective))
+        train(plan, _sink_for(plan, tracker, run_id))
     except DivergedError as error:
         _record_end(tracker, run_id, "diverged", str(error))
         raise
@@ -108,6 +120,32 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
         _record_end(tracker, run_id, state, f"{type(error).__name__}: {error}")
         raise
     _record_end(tracker, run_id, "completed", None)
+
+
+def _sink_for(plan: TrialPlan, tracker: Tracker, run_id: str) -> TuneMlflowSink:
+    """A fresh trial's sink, or a resumed one's: it continues the same MLflow run without repeating steps."""
+    if plan.resume_from is None:
+        return TuneMlflowSink(tracker, run_id, plan.batch.effective)
+    state = json.loads((Path(plan.resume_from) / "trainer_state.json").read_text())
+    start = int(state["global_step"])
+    logged = max((m.step for m in tracker.client.get_metric_history(run_id, "eval_loss")), default=0)
+    tracker.set_tags(run_id, {RESUMED_TAG: start})
+    return TuneMlflowSink(tracker, run_id, plan.batch.effective, start_step=start, logged_through=logged)
+
+
+def _restored_checkpoint(output_dir: Path) -> str | None:
+    """The trial's last reported checkpoint when Tune restarts it (worker lost, sweep resumed), copied locally."""
+    import shutil
+
+    from ray import tune
+
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        return None
+    local = output_dir / "resumed-checkpoint"
+    shutil.rmtree(local, ignore_errors=True)
+    checkpoint.to_directory(str(local))
+    return str(local)
 
 
 def _record_end(tracker: Tracker, run_id: str, state: str, message: str | None) -> None:

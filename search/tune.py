@@ -84,13 +84,37 @@ class TuneSetup:
     callbacks: list[Any]
 
 
+def _snapshot_often() -> None:
+    # Tune writes its experiment state (which checkpoint each trial has) every few seconds at best by default;
+    # a controller killed in between would restart trials from older checkpoints. The state is small: save it
+    # every second.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
+
+
+def make_trainable(config: SweepConfig, context: TrialContext):
+    """run_trial with the sweep's shared context and per-trial resources attached."""
+    from ray import tune
+
+    return tune.with_resources(tune.with_parameters(run_trial, context=context),
+                               {"cpu": config.resources.cpus_per_trial, "gpu": config.resources.gpus_per_trial})
+
+
+def restore_tuner(config: SweepConfig, setup: TuneSetup):
+    """The interrupted experiment, continued: finished trials stay finished, unfinished ones resume from their
+    last checkpoint, the searcher keeps its history; failed trials stay failed (their failure is recorded)."""
+    from ray import tune
+
+    _snapshot_often()
+    path = str(setup.storage.resolve() / setup.experiment_name)
+    return tune.Tuner.restore(path, trainable=make_trainable(config, setup.context), resume_unfinished=True,
+                              resume_errored=False)
+
+
 def make_tuner(config: SweepConfig, setup: TuneSetup):
     from ray import tune
 
-    trainable = tune.with_resources(
-        tune.with_parameters(run_trial, context=setup.context),
-        {"cpu": config.resources.cpus_per_trial, "gpu": config.resources.gpus_per_trial},
-    )
+    _snapshot_often()
+    trainable = make_trainable(config, setup.context)
     tune_config = tune.TuneConfig(
         metric=config.search.metric, mode=config.search.mode,
         search_alg=make_searcher(config, setup.precisions), scheduler=make_scheduler(config),
@@ -114,7 +138,8 @@ class TrialEndRecorder(Callback):
     """Closes each trial's MLflow run with its end state (an ASHA stop ends the trial's process before it can),
     and hands every result and end to `on_event` for the terminal display.
 
-    Tune pickles its callbacks with the experiment state: only plain data is kept across a pickle."""
+    Tune pickles its callbacks with the experiment state (and a resumed sweep gets them back from there):
+    the MLflow client is rebuilt after a pickle; `on_event` must be picklable."""
 
     def __init__(self, tracking_uri: str, context: TrialContext, max_evaluations: int, on_event: Callable | None = None):
         self.tracking_uri, self.context, self.max_evaluations = tracking_uri, context, max_evaluations
@@ -122,7 +147,7 @@ class TrialEndRecorder(Callback):
         self._tracker: Tracker | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_tracker": None, "on_event": None}
+        return {**self.__dict__, "_tracker": None}
 
     @property
     def tracker(self) -> Tracker:

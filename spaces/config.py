@@ -68,8 +68,10 @@ class SplitSizes(_Section):
 class DataConfig(_Section):
     """Where the data is and how to read it."""
 
-    path: str = Field(description="CSV, TSV, JSONL or Parquet file; relative to the sweep file, or pkg://package/inside/path.")
-    format: Literal["auto", "csv", "tsv", "jsonl", "parquet"] = Field("auto", description="File format; auto = by extension.")
+    path: str = Field(description="CSV, TSV, JSONL, Parquet file or datasets save_to_disk folder; relative to the sweep file, or pkg://package/inside/path.")
+    validation_path: str | None = Field(None, description="Pre-split input: the validation file (path is then the train file).")
+    test_path: str | None = Field(None, description="Pre-split input: the test file; set together with validation_path.")
+    format: Literal["auto", "csv", "tsv", "jsonl", "parquet", "datasets"] = Field("auto", description="File format; auto = by extension (a folder = a datasets save_to_disk folder).")
     encoding: str = Field("utf-8", description="Text encoding of CSV/TSV/JSONL files (utf-8 also accepts a BOM).")
     task: Task = Field(Task.classification, description="classification (text -> label) or causal_lm (prompt + response).")
     text_column: str = Field("text", description="Input text column (classification).")
@@ -78,8 +80,25 @@ class DataConfig(_Section):
     response_column: str = Field("response", description="Response column (causal_lm); the loss is on these tokens.")
     splits: SplitSizes = Field(default_factory=SplitSizes, description="Train/validation/test sizes.")
     max_seq_len: int | None = Field(None, ge=8, description="Token limit; unset = cover the 99th percentile of lengths.")
-    drop_duplicates: bool = Field(True, description="Drop rows whose text repeats an earlier row.")
+    drop_duplicates: bool = Field(True, description="Drop rows whose text (causal_lm: prompt and response) repeats an earlier row.")
+    normalize: bool = Field(True, description="Compare texts after Unicode NFKC, case folding and whitespace collapsing (duplicates, conflicts, leaks).")
+    drop_conflicts: bool = Field(True, description="Drop every row of a text that appears with different labels (classification).")
+    allowed_labels: list[str] | None = Field(None, min_length=2, description="Labels to keep; rows with any other label are dropped. Unset = keep all.")
+    drop_rare_classes: bool = Field(True, description="Drop classes with fewer rows than splits (each split needs one of every class).")
+    drop_leaked: bool = Field(True, description="Remove from train every row whose text also appears in validation or test.")
+    too_long: Literal["truncate", "drop"] = Field("truncate", description="Rows longer than max_seq_len tokens (per candidate tokenizer): truncate or drop.")
     seed: int | None = Field(None, description="Seed of the split; unset = the sweep's seed.")
+
+    @model_validator(mode="after")
+    def _pre_split(self) -> "DataConfig":
+        if (self.validation_path is None) != (self.test_path is None):
+            raise ValueError(
+                f"pre-split input needs both validation_path and test_path, but got validation_path={self.validation_path!r}, "
+                f"test_path={self.test_path!r}; set both (path is the train file), or neither to let finesweep split path"
+            )
+        if self.validation_path is not None and "splits" in self.model_fields_set:
+            raise ValueError("splits cannot be set with pre-split input (validation_path, test_path): the files are the splits; remove splits")
+        return self
 
 
 class ModelCandidate(_Section):
@@ -206,6 +225,7 @@ class ResourcesConfig(_Section):
     gpus_per_trial: float = Field(0, ge=0, description="GPUs for one trial (fractions share a GPU).")
     memory_budget: str = Field("6GiB", pattern=r"^\s*\d+(\.\d+)?\s*([KMGT]i?B|B)?\s*$", description="CPU probe: peak resident memory allowed for one training process (e.g. 6GiB).")
     max_micro_batch: int | None = Field(None, ge=1, description="Largest micro-batch the probe tries; unset = the largest effective batch.")
+    micro_batch: Literal["fastest", "largest"] = Field("fastest", description="Micro-batch trials use: the probe's fastest (samples/s) fitting one, or the largest that fits.")
 
 
 class TrackingConfig(_Section):

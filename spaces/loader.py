@@ -165,7 +165,9 @@ def _resolve_paths(config: SweepConfig, base_dir: Path, sweep_path: Path) -> Swe
             problems.append(f"{where}: {error}.")
             return value
 
-    data = config.data.model_copy(update={"path": resolved("data.path", config.data.path)})
+    data_paths = {key: resolved(f"data.{key}", value) for key in ("path", "validation_path", "test_path")
+                  if (value := getattr(config.data, key)) is not None}
+    data = config.data.model_copy(update=data_paths)
     models = [
         m.model_copy(update={"path": resolved(f"models[{i}].path", m.path)}) if m.path else m
         for i, m in enumerate(config.models)

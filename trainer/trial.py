@@ -65,18 +65,21 @@ class TrialPlan:
     weight_decay: float
     warmup_ratio: float
     batch: BatchPlan
+    eval_batch: int
     max_steps: int
     eval_every_steps: int
     seed: int
     threads: int
     trust_remote_code: bool = False
+    resume_from: str | None = None  # a full Trainer checkpoint (weights, optimizer, scheduler, step) to continue from
     lora_r: int | None = None
     lora_alpha: int | None = None
     lora_dropout: float = 0.05
 
     def params(self) -> dict[str, Any]:
         """The numbers worth logging once per trial."""
-        flat = {k: v for k, v in asdict(self).items() if k not in ("candidate", "label_names", "batch", "tokenized_dir", "output_dir")}
+        flat = {k: v for k, v in asdict(self).items()
+                if k not in ("candidate", "label_names", "batch", "tokenized_dir", "output_dir", "resume_from")}
         flat.update(model=self.candidate["name"], effective_batch_size=self.batch.effective,
                     micro_batch=self.batch.micro, gradient_accumulation=self.batch.accumulation, devices=self.batch.devices)
         return flat
@@ -88,7 +91,7 @@ def train(plan: TrialPlan, sink: EvaluationSink) -> dict[str, float]:
 
     torch.set_num_threads(max(1, plan.threads))
     trainer = _build_trainer(plan, sink)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=plan.resume_from)
     return trainer.state.log_history[-1] if trainer.state.log_history else {}
 
 
@@ -116,8 +119,13 @@ def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
 
 
 def _load_model(plan: TrialPlan, candidate: ModelCandidate, task: Task, tokenizer):
+    from transformers import set_seed
+
     from finesweep.trainer import models
 
+    # The new head (and LoRA's adapters) are initialised here, before the Trainer seeds anything: seed now, or
+    # the same trial trains from a different start each time it runs.
+    set_seed(plan.seed)
     model = models.load_model(candidate, task, plan.label_names, plan.trust_remote_code)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
@@ -139,7 +147,7 @@ def _training_arguments(plan: TrialPlan):
         warmup_steps=int(round(plan.warmup_ratio * plan.max_steps)),
         per_device_train_batch_size=plan.batch.micro,
         gradient_accumulation_steps=plan.batch.accumulation,
-        per_device_eval_batch_size=max(plan.batch.micro, 64),
+        per_device_eval_batch_size=plan.eval_batch,
         bf16=plan.precision == Precision.bf16.value,
         fp16=plan.precision == Precision.fp16.value,
         use_cpu=not on_cuda,
@@ -147,10 +155,11 @@ def _training_arguments(plan: TrialPlan):
         eval_steps=plan.eval_every_steps,
         save_strategy="steps",
         save_steps=plan.eval_every_steps,
-        # Tune copies each reported checkpoint into the sweep's storage and keeps the best k;
-        # the trial folder needs only the latest one.
+        # Tune copies each reported checkpoint into the sweep's storage and keeps the best k and the latest;
+        # the trial folder needs only the latest one. Optimizer and scheduler state are saved too, so a trial
+        # whose worker died resumes at its last evaluation instead of starting over.
         save_total_limit=1,
-        save_only_model=True,
+        save_only_model=False,
         logging_steps=max(1, plan.eval_every_steps // 5),
         seed=plan.seed,
         report_to="none",

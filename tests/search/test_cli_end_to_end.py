@@ -110,12 +110,12 @@ def test_best_is_the_best_evaluation_of_all_trials(finished_sweep):
     every_eval = []
     for run in client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'"):
         every_eval += [(m.value, -m.step, run.info.run_id) for m in client.get_metric_history(run.info.run_id, "eval_accuracy")]
-    value, negative_step, run_id = max(every_eval)
-    assert summary["best"]["value"] == pytest.approx(value)
-    assert summary["best"]["mlflow_run_id"] == run_id
-    assert summary["best"]["step"] == -negative_step
+    value, negative_step, _ = max(every_eval)
+    best = summary["best"]
+    assert best["value"] == pytest.approx(value) and best["step"] == -negative_step  # ties go to the earlier step
+    assert (value, negative_step, best["mlflow_run_id"]) in every_eval
     parent = client.get_run(state["parent_run_id"])
-    assert parent.data.tags["finesweep.best_run_id"] == run_id
+    assert parent.data.tags["finesweep.best_run_id"] == best["mlflow_run_id"]
 
 
 def test_export_reloads_with_plain_transformers_and_predicts(finished_sweep):
@@ -167,6 +167,8 @@ def test_ui_serves_the_sweep_experiment_on_loopback(finished_sweep):
     finally:
         server.terminate()
         server.wait(timeout=30)
+    with pytest.raises(OSError):  # stopping `finesweep ui` stopped the server it started
+        _get_json(f"http://127.0.0.1:{port}/health", 3)
 
 
 def _get_json(url: str, timeout: float) -> dict:

@@ -165,3 +165,9 @@ def test_initial_points_must_lie_in_the_space(tmp_path):
     assert "search.initial_points[1]: learning_rate=1.0 lies outside the space's range [1e-05, 0.0003]" in text
     assert "search.initial_points[2]: unknown dimension `colour`" in text
     assert "search.initial_points[3]: warmup_ratio is fixed at 0.06" in text
+
+
+def test_pre_split_paths_are_resolved_like_data_path(tmp_path):
+    config = load(write(tmp_path, "name: s\ndata: {path: tr.csv, validation_path: va.csv, test_path: sub/te.csv}\nmodels: [{name: m, path: model}]\n"))
+    assert Path(config.data.validation_path) == tmp_path / "va.csv"
+    assert Path(config.data.test_path) == tmp_path / "sub" / "te.csv"

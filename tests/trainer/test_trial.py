@@ -52,7 +52,7 @@ def make_plan(tmp_path, model_dir, tokenized_dir, labels, **overrides) -> TrialP
     values = dict(candidate=ModelCandidate(name="t", path=str(model_dir)).model_dump(), task="classification",
                   label_names=labels, tokenized_dir=str(tokenized_dir), output_dir=str(tmp_path / "out"),
                   precision="fp32", method="full", learning_rate=1e-2, weight_decay=0.0, warmup_ratio=0.0,
-                  batch=BatchPlan(effective=16, micro=8, accumulation=2), max_steps=12, eval_every_steps=4, seed=0, threads=1)
+                  batch=BatchPlan(effective=16, micro=8, accumulation=2), eval_batch=32, max_steps=12, eval_every_steps=4, seed=0, threads=1)
     values.update(overrides)
     return TrialPlan(**values)
 
@@ -75,3 +75,15 @@ def test_lora_trial_trains_only_adapters_and_reports(tmp_path, sentiment_csv, ti
     train(plan, sink)
     assert [step for step, _, _ in sink.evaluations] == [4]
     assert plan.params()["micro_batch"] * plan.params()["gradient_accumulation"] == plan.params()["effective_batch_size"]
+
+
+def test_the_same_plan_trains_to_the_same_numbers(tmp_path, sentiment_csv, tiny_classifier):
+    """The new head is initialised before the Trainer seeds: the trial must seed first, or runs differ."""
+    prepared, tokenized = tokenized_splits(tmp_path, sentiment_csv, tiny_classifier)
+    losses = []
+    for attempt in range(2):
+        sink = RecordingSink()
+        train(make_plan(tmp_path / str(attempt), tiny_classifier, tokenized, prepared.label_names, max_steps=4,
+                        eval_every_steps=4), sink)
+        losses.append(sink.evaluations[0][1]["eval_loss"])
+    assert losses[0] == losses[1]

@@ -1,0 +1,98 @@
+"""A sweep whose controller is killed with SIGKILL mid-trial resumes: nothing re-run, nothing duplicated."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests import tiny
+from tests.search.test_cli_end_to_end import finesweep
+
+TRIALS, MAX_STEPS, EVERY = 3, 60, 5
+
+SWEEP = f"""
+name: crashy
+seed: 5
+output_root: runs
+data: {{path: data.csv, splits: {{train: 0.7, validation: 0.15, test: 0.15}}}}
+models: [{{name: tiny, path: model}}]
+space:
+  learning_rate: {{low: 3.0e-3, high: 3.0e-2, log: true}}
+  effective_batch_size: [8]
+  precision: [fp32]
+search:
+  algorithm: random
+  scheduler: none
+  num_trials: {TRIALS}
+  metric: eval_accuracy
+  mode: max
+  eval_every_steps: {EVERY}
+  max_steps: {MAX_STEPS}
+resources: {{cpus_per_trial: 1, memory_budget: 4GiB}}
+export: {{quantization: [int8]}}
+"""
+
+
+def _evaluations(sweep_dir: Path) -> dict[str, list[int]]:
+    """Steps of eval_accuracy per trial run, read from the sweep's MLflow store."""
+    from mlflow import MlflowClient
+
+    state_file = sweep_dir / "sweep-state.json"
+    if not state_file.is_file():
+        return {}
+    state = json.loads(state_file.read_text())
+    client = MlflowClient(state["tracking_uri"])
+    runs = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
+    return {r.info.run_id: sorted(m.step for m in client.get_metric_history(r.info.run_id, "eval_accuracy")) for r in runs}
+
+
+def _tags(sweep_dir: Path, run_id: str) -> dict[str, str]:
+    from mlflow import MlflowClient
+
+    state = json.loads((sweep_dir / "sweep-state.json").read_text())
+    return MlflowClient(state["tracking_uri"]).get_run(run_id).data.tags
+
+
+def _kill_when_mid_trial(process: subprocess.Popen, sweep_dir: Path, timeout: float = 300) -> dict[str, list[int]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = _evaluations(sweep_dir)
+        if any(3 <= len(steps) and steps[-1] < MAX_STEPS - 2 * EVERY for steps in seen.values()):
+            os.killpg(process.pid, signal.SIGKILL)  # the controller and everything it started, at once
+            process.wait()
+            return seen
+        assert process.poll() is None, "the sweep ended before it could be interrupted"
+        time.sleep(0.3)
+    raise AssertionError("no trial reached its third evaluation in time")
+
+
+def test_a_sweep_killed_mid_trial_resumes_without_rerunning_or_duplicating(tmp_path):
+    tiny.build_tiny_classifier(tmp_path / "model")
+    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(400))
+    (tmp_path / "sweep.yaml").write_text(SWEEP)
+    sweep_dir = tmp_path / "runs" / "crashy"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"], cwd=tmp_path,
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    before = _kill_when_mid_trial(process, sweep_dir)
+    time.sleep(3)  # let any orphaned worker notice its controller is gone
+
+    result = finesweep("resume", "sweep.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    after = _evaluations(sweep_dir)
+    assert len(after) == TRIALS, "a resumed sweep runs exactly the planned trials, each in its own MLflow run"
+    assert set(before) <= set(after), "runs of the first attempt are continued, not replaced"
+    for run_id, steps in after.items():
+        assert steps == list(range(EVERY, MAX_STEPS + 1, EVERY)), f"{run_id}: evaluations {steps}"
+    interrupted = [run_id for run_id, steps in before.items() if steps and steps[-1] < MAX_STEPS]
+    assert interrupted
+    for run_id in interrupted:
+        resumed_from = _tags(sweep_dir, run_id).get("finesweep.resumed_from_step")
+        assert resumed_from is not None and int(resumed_from) >= EVERY, "the trial went on from its checkpoint"
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    assert summary["best"] and (sweep_dir / "export" / "model" / "model.safetensors").is_file()
