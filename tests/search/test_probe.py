@@ -237,3 +237,17 @@ def test_cuda_probe_catches_real_out_of_memory_and_finds_the_budget_limit(tiny_c
     by_batch = {a.batch: a for a in search.attempts}
     assert best >= 1 and by_batch[best].peak_bytes * (1 + SAFETY_MARGIN) <= budget
     assert by_batch[best + 1].peak_bytes * (1 + SAFETY_MARGIN) > budget or by_batch[best + 1].out_of_memory
+
+
+def test_trials_running_at_once_share_the_cpu_budget():
+    from finesweep.search.device import Device
+    from finesweep.search.probe import memory_budget
+    from finesweep.spaces import SweepConfig
+
+    def config(concurrent: int) -> SweepConfig:
+        return SweepConfig.model_validate({"name": "s", "data": {"path": "d.csv"}, "models": [{"name": "m", "path": "x"}],
+                                           "resources": {"memory_budget": "6GiB"}, "search": {"max_concurrent_trials": concurrent}})
+
+    cpu = Device("cpu", "cpu", 24 * 2**30)
+    assert memory_budget(config(1), cpu) == 6 * 2**30
+    assert memory_budget(config(2), cpu) == 3 * 2**30
