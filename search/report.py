@@ -38,14 +38,15 @@ class Console:
         self.out.print(f"max_seq_len {max_seq_len} (p99 of the training texts: {covered:.0f} tokens)")
 
     def probe_table(self, results: dict[str, Any]) -> None:
-        table = Table("model", "precision", "method", "seq len", "max micro-batch", "micro-batch used", "eval batch",
-                      "peak memory (max)", "samples/s (used)", "probe steps", "seconds",
-                      title="Memory probe (fits: peak x (1 + margin) <= budget)")
+        margin = next(iter(results.values())).margin if results else 0
+        table = Table("model", "precision", "method", "seq", "max micro", "used", "eval", "peak / budget at max",
+                      "samples/s", "steps (attempts)", "seconds",
+                      title=f"Memory probe: fits when peak x {1 + margin:.2f} <= budget; trials train at 'used' (resources.micro_batch)")
         for r in results.values():
             peak = (r.attempt_at(r.max_micro_batch) or {}).get("peak_bytes", 0)
             table.add_row(r.model, r.precision, r.method, str(r.seq_len), str(r.max_micro_batch), str(r.micro_batch),
-                          str(r.eval_batch_size), f"{peak / 2**30:.2f} / {r.budget_bytes / 2**30:.2f} GiB (margin {r.margin:.0%})",
-                          f"{r.samples_per_second:.1f}", f"{r.probe_steps} ({len(r.attempts)} attempts)", f"{r.seconds:.1f}")
+                          str(r.eval_batch_size), f"{peak / 2**30:.2f} / {r.budget_bytes / 2**30:.2f} GiB",
+                          f"{r.samples_per_second:.1f}", f"{r.probe_steps} ({len(r.attempts)})", f"{r.seconds:.1f}")
         self.out.print(table)
         self.step("Searching: Ray Tune trials sampled by Optuna, stopped early by ASHA")
 

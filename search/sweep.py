@@ -132,8 +132,29 @@ def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, co
     console.header(config, device, folder.root)
     data = prepare_data(config, folder, console)
     probes = probe(config, folder, device, precisions, data, console)
+    config = drop_unfit_models(config, probes, console)
     tracker = Tracker(tracking_uri or config.tracking.uri or default_tracking_uri(folder.root))
     return Session(config, folder, data, probes, precisions, tracker, console)
+
+
+def drop_unfit_models(config: SweepConfig, probes: dict[str, Any], console: Console) -> SweepConfig:
+    """Candidates of which not even a micro-batch of 1 fits in any precision leave the space, with the reason:
+    their trials could only fail. A candidate that fits in some precisions stays; a trial sampled in one that
+    does not is recorded as out of memory."""
+    from finesweep.spaces import SweepFileError
+
+    fits = {name: any(r.micro_batch > 0 for r in probes.values() if r.model == name) for name in config.model_names}
+    for name in (n for n, ok in fits.items() if not ok):
+        console.warn(f"model {name} removed from the space: not even a micro-batch of 1 fits the memory budget")
+    kept = [name for name, ok in fits.items() if ok]
+    if not kept:
+        raise SweepFileError(
+            f"resources.memory_budget: no candidate model fits ({', '.join(fits)}): the memory probe found no "
+            "micro-batch that trains within the budget. Raise resources.memory_budget, use LoRA (space.method), "
+            "a shorter data.max_seq_len, or a smaller model.")
+    if len(kept) == len(fits):
+        return config
+    return config.model_copy(update={"space": config.space.model_copy(update={"model": kept})})
 
 
 def run(config: SweepConfig, *, address: str | None = None, tracking_uri: str | None = None,

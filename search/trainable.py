@@ -98,7 +98,7 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
     """Ray Tune function trainable for one trial."""
     from ray import tune
 
-    from finesweep.trainer.trial import DivergedError, train
+    from finesweep.trainer.trial import train
 
     trial = tune.get_context()
     tracker = Tracker(context.tracking_uri)
@@ -109,17 +109,24 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
         plan = build_plan(params, context, str(output_dir), _restored_checkpoint(output_dir))
         tracker.log_params(run_id, plan.params())
         train(plan, _sink_for(plan, tracker, run_id))
-    except DivergedError as error:
-        _record_end(tracker, run_id, "diverged", str(error))
-        raise
-    except MemoryError as error:
-        _record_end(tracker, run_id, "out_of_memory", str(error))
-        raise
     except Exception as error:
-        state = "out_of_memory" if "out of memory" in str(error).lower() else "failed"
-        _record_end(tracker, run_id, state, f"{type(error).__name__}: {error}")
-        raise
+        state = final_failure(error)
+        _record_end(tracker, run_id, state or "failed", f"{type(error).__name__}: {error}")
+        if state is None:
+            raise  # Tune retries it (FailureConfig); past the retries the trial ends as an error
+        return  # diverged or out of memory: the same configuration would fail the same way again
     _record_end(tracker, run_id, "completed", None)
+
+
+def final_failure(error: BaseException) -> str | None:
+    """The end state of a failure that retrying cannot cure, or None for one that a retry might."""
+    from finesweep.trainer.trial import DivergedError
+
+    if isinstance(error, DivergedError):
+        return "diverged"
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or "out of memory" in str(error).lower():
+        return "out_of_memory"
+    return None
 
 
 def _sink_for(plan: TrialPlan, tracker: Tracker, run_id: str) -> TuneMlflowSink:

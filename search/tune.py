@@ -84,11 +84,15 @@ class TuneSetup:
     callbacks: list[Any]
 
 
-def _snapshot_often() -> None:
+def _tune_environment() -> None:
+    """Tune settings that are environment variables, read by the controller when the Tuner is built."""
     # Tune writes its experiment state (which checkpoint each trial has) every few seconds at best by default;
     # a controller killed in between would restart trials from older checkpoints. The state is small: save it
     # every second.
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
+    # A trial that ends before its first evaluation (diverged at step 1, out of memory) reports no metric;
+    # Tune's strict check would abort the whole sweep for it. It is recorded in MLflow and pruned in Optuna.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
 
 
 def make_trainable(config: SweepConfig, context: TrialContext):
@@ -104,7 +108,7 @@ def restore_tuner(config: SweepConfig, setup: TuneSetup):
     last checkpoint, the searcher keeps its history; failed trials stay failed (their failure is recorded)."""
     from ray import tune
 
-    _snapshot_often()
+    _tune_environment()
     path = str(setup.storage.resolve() / setup.experiment_name)
     return tune.Tuner.restore(path, trainable=make_trainable(config, setup.context), resume_unfinished=True,
                               resume_errored=False)
@@ -113,7 +117,7 @@ def restore_tuner(config: SweepConfig, setup: TuneSetup):
 def make_tuner(config: SweepConfig, setup: TuneSetup):
     from ray import tune
 
-    _snapshot_often()
+    _tune_environment()
     trainable = make_trainable(config, setup.context)
     tune_config = tune.TuneConfig(
         metric=config.search.metric, mode=config.search.mode,
@@ -128,7 +132,9 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         checkpoint_config=tune.CheckpointConfig(num_to_keep=config.search.keep_checkpoints,
                                                 checkpoint_score_attribute=config.search.metric,
                                                 checkpoint_score_order=config.search.mode),
-        failure_config=tune.FailureConfig(max_failures=0),
+        # A trial whose worker dies (killed, node lost) restarts from its last checkpoint; an exception raised
+        # by the trial itself is recorded (diverged, out of memory, failed) and not retried: see run_trial.
+        failure_config=tune.FailureConfig(max_failures=2),
         callbacks=setup.callbacks, verbose=0,
     )
     return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)

@@ -90,3 +90,16 @@ def build_tiny_causal_lm(folder: Path) -> Path:
                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
     GPT2LMHeadModel(config).save_pretrained(folder)
     return folder
+
+
+def build_large_encoder(folder: Path, tokenizer_from: Path) -> Path:
+    """A 6-layer BERT encoder with hidden size 1024 (about 76M parameters) sharing a tiny model's tokenizer:
+    too large to train within a 1 GiB budget, even at a micro-batch of 1."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_from)
+    tokenizer.save_pretrained(folder)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=1024, num_hidden_layers=6, num_attention_heads=8,
+                        intermediate_size=4096, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id)
+    BertModel(config).save_pretrained(folder)
+    return folder

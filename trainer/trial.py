@@ -114,8 +114,19 @@ def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
         data_collator=data.collator(tokenizer, task),
         processing_class=tokenizer,
         compute_metrics=classification_metrics if task == Task.classification else None,
-        callbacks=[_sink_callback(sink, task)],
+        callbacks=[_sink_callback(sink, task, divergence_limit(model, task))],
     )
+
+
+EXPLOSION_FACTOR = 100  # a loss this many times a uniform guess's has left any useful region for good
+
+
+def divergence_limit(model, task: Task) -> float:
+    """The training loss past which a trial has diverged: EXPLOSION_FACTOR x the cross-entropy of guessing
+    uniformly among the model's classes (classification) or its vocabulary (causal LM)."""
+    config = model.config
+    choices = config.num_labels if task == Task.classification else config.get_text_config().vocab_size
+    return EXPLOSION_FACTOR * math.log(max(choices, 2))
 
 
 def _load_model(plan: TrialPlan, candidate: ModelCandidate, task: Task, tokenizer):
@@ -168,7 +179,7 @@ def _training_arguments(plan: TrialPlan):
     )
 
 
-def _sink_callback(sink: EvaluationSink, task: Task):
+def _sink_callback(sink: EvaluationSink, task: Task, loss_limit: float):
     """A TrainerCallback that hands logs and each evaluation, with its checkpoint, to the sink."""
     from transformers import TrainerCallback
 
@@ -181,8 +192,9 @@ def _sink_callback(sink: EvaluationSink, task: Task):
         def on_log(self, args, state, control, logs=None, **kwargs):
             logs = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, (int, float))}
             loss = logs.get("loss")
-            if loss is not None and not math.isfinite(loss):
-                raise DivergedError(f"training loss became {loss} at step {state.global_step}")
+            if loss is not None and not (math.isfinite(loss) and loss <= loss_limit):
+                raise DivergedError(f"training loss became {loss:.4g} at step {state.global_step} "
+                                    f"(the limit is {loss_limit:.3g}: {EXPLOSION_FACTOR} x a uniform guess's)")
             if logs and not any(k.startswith("eval_") for k in logs):
                 sink.on_log(state.global_step, logs)
 

@@ -87,3 +87,15 @@ def test_the_same_plan_trains_to_the_same_numbers(tmp_path, sentiment_csv, tiny_
                         eval_every_steps=4), sink)
         losses.append(sink.evaluations[0][1]["eval_loss"])
     assert losses[0] == losses[1]
+
+
+def test_an_exploding_loss_stops_the_trial_as_diverged(tmp_path, sentiment_csv, tiny_classifier):
+    from finesweep.trainer.trial import DivergedError
+
+    prepared, tokenized = tokenized_splits(tmp_path, sentiment_csv, tiny_classifier)
+    candidate = ModelCandidate(name="t", path=str(tiny_classifier), config_overrides={"initializer_range": 1e37})
+    plan = make_plan(tmp_path, tiny_classifier, tokenized, prepared.label_names, candidate=candidate.model_dump())
+    sink = RecordingSink()
+    with pytest.raises(DivergedError, match=r"training loss became .* at step 1 \(the limit is 110"):
+        train(plan, sink)
+    assert sink.evaluations == []
