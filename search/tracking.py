@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 PARENT_TAG = "mlflow.parentRunId"  # the tag the MLflow UI nests runs by
 TRIAL_TAG = "finesweep.trial_id"
 END_STATE_TAG = "finesweep.end_state"
+ERROR_TAG = "finesweep.error"
+RESUMED_TAG = "finesweep.resumed_from_step"
 MAX_PARAM_LENGTH = 500
 
 

@@ -13,12 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from finesweep.search.probe import combination_key
-from finesweep.search.tracking import END_STATE_TAG, TRIAL_TAG, Tracker
+from finesweep.search.tracking import END_STATE_TAG, ERROR_TAG, RESUMED_TAG, TRIAL_TAG, Tracker
 from finesweep.spaces import SweepConfig
 from finesweep.trainer.trial import TrialPlan, plan_batches
-
-ERROR_TAG = "finesweep.error"
-RESUMED_TAG = "finesweep.resumed_from_step"
 
 
 @dataclass(frozen=True)

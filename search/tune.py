@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 from ray.tune import Callback
 
-from finesweep.search.trainable import ERROR_TAG, TrialContext, run_trial
-from finesweep.search.tracking import END_STATE_TAG, Tracker
+from finesweep.search.trainable import TrialContext, run_trial
+from finesweep.search.tracking import END_STATE_TAG, ERROR_TAG, Tracker
 from finesweep.spaces import SweepConfig, suggest
 
 log = logging.getLogger(__name__)
@@ -132,8 +132,8 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         checkpoint_config=tune.CheckpointConfig(num_to_keep=config.search.keep_checkpoints,
                                                 checkpoint_score_attribute=config.search.metric,
                                                 checkpoint_score_order=config.search.mode),
-        # A trial whose worker dies (killed, node lost) restarts from its last checkpoint; an exception raised
-        # by the trial itself is recorded (diverged, out of memory, failed) and not retried: see run_trial.
+        # A trial whose worker dies (killed, node lost) or that raises restarts from its last checkpoint, twice
+        # at most; diverged and out-of-memory trials end themselves, recorded and not retried (see run_trial).
         failure_config=tune.FailureConfig(max_failures=2),
         callbacks=setup.callbacks, verbose=0,
     )
