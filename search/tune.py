@@ -18,7 +18,7 @@ from finesweep.spaces import SweepConfig, suggest
 log = logging.getLogger(__name__)
 
 
-def start_ray(address: str | None, num_cpus: int | None = None) -> None:
+def start_ray(address: str | None) -> None:
     """Join the cluster at `address`, or start a local Ray bound to 127.0.0.1."""
     import ray
 
@@ -30,7 +30,7 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> None:
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
+        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1",
                  logging_level=logging.WARNING, log_to_driver=False)
 
 

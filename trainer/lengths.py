@@ -31,11 +31,6 @@ def percentiles(lengths: np.ndarray) -> dict[str, float]:
             "p99": float(np.percentile(lengths, COVERED_PERCENTILE)), "max": float(lengths.max())}
 
 
-def length_percentiles(prepared_folder: Path, tokenizer, task: Task, sample: int = 5000) -> dict[str, float]:
-    """p50/p95/p99/max token length over (a seeded sample of) the training split, with this tokenizer."""
-    return percentiles(token_lengths(prepared_folder, tokenizer, task, sample))
-
-
 def covering_length(percentiles: dict[str, float], model_limit: int | None) -> int:
     """The p99 length rounded up to a multiple of 8 (friendlier kernels), capped by the model's limit."""
     length = max(8, int(-(-percentiles["p99"] // 8) * 8))

@@ -78,7 +78,3 @@ def apply_lora(model: "PreTrainedModel", task: Task, r: int, alpha: int, dropout
     config = LoraConfig(task_type=task_type, r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules="all-linear")
     return get_peft_model(model, config)
 
-
-def pad_token_id(tokenizer: "PreTrainedTokenizerBase") -> int | None:
-    """The id the model must treat as padding (set on its config so batched classification works)."""
-    return tokenizer.pad_token_id
