@@ -27,6 +27,13 @@ class Best:
     def model(self) -> str:
         return self.params["model"]
 
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> "Best":
+        """The inverse of as_dict (as summary.json holds it)."""
+        return cls(trial_id=saved["trial_id"], step=int(saved["step"]), metric=saved["metric"], value=float(saved["value"]),
+                   params=dict(saved["params"]), checkpoint_dir=Path(saved["checkpoint_dir"]),
+                   mlflow_run_id=saved.get("mlflow_run_id"))
+
     def as_dict(self) -> dict[str, Any]:
         return {"trial_id": self.trial_id, "step": self.step, "metric": self.metric, "value": self.value,
                 "params": self.params, "model": self.model, "checkpoint_dir": str(self.checkpoint_dir),

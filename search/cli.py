@@ -198,6 +198,30 @@ def ui(sweep: Path = SweepArg, port: int = typer.Option(5000, help="Port of the 
     os.execv(sys.executable, command)
 
 
+@app.command(name="export")
+def export_command(sweep: Path = SweepArg,
+                   quantize: str = typer.Option("", help="Comma-separated: none, int8, nf4 (default: the sweep file's)."),
+                   out: Optional[Path] = typer.Option(None, help="Export folder (default: the sweep file's)."),
+                   verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Export a finished sweep's best checkpoint again: other quantizations, another folder."""
+    _quiet_libraries(verbose)
+    with user_errors():
+        root = _sweep_root(sweep)
+        from finesweep.search.sweep import reexport
+
+        from finesweep.spaces import Quantization, SweepFileError
+
+        methods = [m.strip() for m in quantize.split(",") if m.strip()] or None
+        unknown = [m for m in methods or [] if m not in {q.value for q in Quantization}]
+        if unknown:
+            raise SweepFileError(f"--quantize: {', '.join(unknown)} is not a quantization finesweep makes; "
+                                 f"choose from {', '.join(q.value for q in Quantization)}, e.g. --quantize nf4,int8.")
+        try:
+            reexport(root, methods, out)
+        except FileNotFoundError as error:
+            raise SweepFileError(f"{error}. Run the sweep to the end first (`finesweep run` or `finesweep resume`).") from None
+
+
 @app.command()
 def predict(export_dir: Path = typer.Argument(..., help="An exported model folder (e.g. runs/<sweep>/export/model)."),
             texts: list[str] = typer.Argument(..., help="Texts (classification) or prompts (causal LM).")) -> None:

@@ -256,6 +256,27 @@ def _finish(config, folder, data, best, tracker: Tracker, parent: str, console: 
             "warnings": exported.warnings}
 
 
+def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | None,
+             console: Console | None = None):
+    """Export a finished sweep's best checkpoint again, with other quantizations or into another folder."""
+    from finesweep.search.best import Best
+
+    console = console or Console()
+    state = read_state(sweep_dir)
+    folder = SweepFolder(Path(state["root"]))
+    summary_file = folder.root / "summary.json"
+    saved = json.loads(summary_file.read_text()).get("best") if summary_file.is_file() else None
+    if not saved:
+        raise FileNotFoundError(f"{folder.root}: the sweep has no best checkpoint yet (no summary.json with a best trial)")
+    config = SweepConfig.model_validate(state["config"])
+    updates = {"quantization": quantization} if quantization else {}
+    if out_dir:
+        updates["output_dir"] = str(out_dir.resolve())
+    config = SweepConfig.model_validate({**config.model_dump(mode="json"),
+                                         "export": {**config.export.model_dump(mode="json"), **updates}})
+    return export(config, folder, prepare_data(config, folder, console), Best.from_dict(saved), console)
+
+
 def export(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console):
     from finesweep.search.export import export_best
     from finesweep.trainer import data as data_module

@@ -33,3 +33,12 @@ def test_nan_and_missing_values_are_ignored_and_nothing_gives_none():
     results = [result("a", [(10, float("nan"))]), SimpleNamespace(best_checkpoints=None, config={})]
     assert pick_best(results, "acc", "max") is None
     assert pick_best([result("a", [(10, 0.3)])], "missing_metric", "max") is None
+
+
+def test_best_survives_summary_json():
+    import json
+
+    from finesweep.search.best import Best
+
+    best = pick_best([result("a", [(10, 0.6), (20, 0.9)])], "acc", "max")
+    assert Best.from_dict(json.loads(json.dumps(best.as_dict()))) == best

@@ -150,6 +150,17 @@ def test_predict_and_status_commands(finished_sweep):
     assert status.stdout.count("trial-") == NUM_TRIALS and "best: trial" in status.stdout
 
 
+def test_export_command_exports_a_finished_sweep_again(finished_sweep, tmp_path):
+    folder, _, _ = finished_sweep
+    result = finesweep("export", "sweep.yaml", "--quantize", "nf4", "--out", str(tmp_path / "again"), cwd=folder)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "again" / "metrics.json").read_text())
+    assert set(metrics) == {"full", "nf4"} and (tmp_path / "again" / "model-nf4" / "model.safetensors").is_file()
+    assert "nf4" in (tmp_path / "again" / "README.md").read_text()
+    bad = finesweep("export", "sweep.yaml", "--quantize", "fp8", cwd=folder)
+    assert bad.returncode == 2 and "--quantize: fp8" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
