@@ -47,13 +47,9 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
         sampler = optuna.samplers.TPESampler(seed=config.seed, multivariate=True, n_startup_trials=startup)
     else:
         sampler = optuna.samplers.RandomSampler(seed=config.seed)
-    space = functools.partial(_define_by_run, space=config.space, models=config.model_names, precisions=precisions)
+    space = functools.partial(suggest, space=config.space, models=config.model_names, precisions=precisions)
     return OptunaSearch(space=space, sampler=sampler, metric=config.search.metric, mode=config.search.mode,
                         points_to_evaluate=[dict(p) for p in config.search.initial_points] or None)
-
-
-def _define_by_run(trial, space, models, precisions) -> dict[str, Any]:
-    return suggest(trial, space, models, precisions)
 
 
 def make_scheduler(config: SweepConfig):
