@@ -7,6 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The attribute Tune ranks a trial's checkpoints by (CheckpointConfig): the search metric with ties broken by step.
+CHECKPOINT_SCORE = "finesweep_checkpoint_score"
+# Tune keeps the LATER of two checkpoints with equal scores, so an exact tie at the best value would evict the
+# earlier step that pick_best prefers. A penalty this small per step (relative to the value) orders exact ties
+# and cannot reorder values that differ by more than about a millionth at a million steps.
+TIE_BREAK_PER_STEP = 1e-12
+
 SAMPLED_KEYS = ("model", "precision", "method", "learning_rate", "effective_batch_size",
                 "warmup_ratio", "weight_decay", "lora_r", "lora_alpha")
 
@@ -38,6 +45,12 @@ class Best:
         return {"trial_id": self.trial_id, "step": self.step, "metric": self.metric, "value": self.value,
                 "params": self.params, "model": self.model, "checkpoint_dir": str(self.checkpoint_dir),
                 "mlflow_run_id": self.mlflow_run_id}
+
+
+def checkpoint_score(value: float, step: int, mode: str) -> float:
+    """Higher is better whatever the mode; of two equal values the earlier step scores higher."""
+    oriented = value if mode == "max" else -value
+    return oriented - step * TIE_BREAK_PER_STEP * max(1.0, abs(value))
 
 
 def pick_best(results, metric: str, mode: str) -> Best | None:

@@ -7,11 +7,13 @@ so it runs the same in a local Ray and on a cluster's workers.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from finesweep.search.best import CHECKPOINT_SCORE, checkpoint_score
 from finesweep.search.probe import combination_key
 from finesweep.search.tracking import END_STATE_TAG, ERROR_TAG, RESUMED_TAG, TRIAL_TAG, Tracker
 from finesweep.spaces import SweepConfig
@@ -67,8 +69,10 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
 class TuneMlflowSink:
     """Sends each evaluation to Tune (with its checkpoint) and to the trial's MLflow run."""
 
-    def __init__(self, tracker: Tracker, run_id: str, samples_per_step: int, start_step: int = 0, logged_through: int = 0):
+    def __init__(self, tracker: Tracker, run_id: str, samples_per_step: int, objective: tuple[str, str],
+                 start_step: int = 0, logged_through: int = 0):
         self.tracker, self.run_id = tracker, run_id
+        self.metric, self.mode = objective
         self.samples_per_step = samples_per_step
         self.start_step = start_step
         # A resumed trial redoes the steps between its last checkpoint and the crash; MLflow already has them.
@@ -87,7 +91,8 @@ class TuneMlflowSink:
         metrics = {**metrics, "train_samples_per_second_so_far": samples / max(elapsed, 1e-9)}
         if step > self.logged_through:
             self.tracker.log_metrics(self.run_id, metrics, step)
-        tune.report({**metrics, "step": step, "mlflow_run_id": self.run_id},
+        score = checkpoint_score(float(metrics.get(self.metric, math.nan)), step, self.mode)
+        tune.report({**metrics, "step": step, "mlflow_run_id": self.run_id, CHECKPOINT_SCORE: score},
                     checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)))
 
 
@@ -105,7 +110,8 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
         output_dir = Path(trial.get_trial_dir()) / "hf"
         plan = build_plan(params, context, str(output_dir), _restored_checkpoint(output_dir))
         tracker.log_params(run_id, plan.params())
-        train(plan, _sink_for(plan, tracker, run_id))
+        search = SweepConfig.model_validate(context.sweep).search
+        train(plan, _sink_for(plan, tracker, run_id, (search.metric, search.mode)))
     except Exception as error:
         state = final_failure(error)
         _record_end(tracker, run_id, state or "failed", f"{type(error).__name__}: {error}")
@@ -126,15 +132,15 @@ def final_failure(error: BaseException) -> str | None:
     return None
 
 
-def _sink_for(plan: TrialPlan, tracker: Tracker, run_id: str) -> TuneMlflowSink:
+def _sink_for(plan: TrialPlan, tracker: Tracker, run_id: str, objective: tuple[str, str]) -> TuneMlflowSink:
     """A fresh trial's sink, or a resumed one's: it continues the same MLflow run without repeating steps."""
     if plan.resume_from is None:
-        return TuneMlflowSink(tracker, run_id, plan.batch.effective)
+        return TuneMlflowSink(tracker, run_id, plan.batch.effective, objective)
     state = json.loads((Path(plan.resume_from) / "trainer_state.json").read_text())
     start = int(state["global_step"])
     logged = max((m.step for m in tracker.client.get_metric_history(run_id, "eval_loss")), default=0)
     tracker.set_tags(run_id, {RESUMED_TAG: start})
-    return TuneMlflowSink(tracker, run_id, plan.batch.effective, start_step=start, logged_through=logged)
+    return TuneMlflowSink(tracker, run_id, plan.batch.effective, objective, start_step=start, logged_through=logged)
 
 
 def _restored_checkpoint(output_dir: Path) -> str | None:

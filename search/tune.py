@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from ray.tune import Callback
 
+from finesweep.search.best import CHECKPOINT_SCORE
 from finesweep.search.trainable import TrialContext, run_trial
 from finesweep.search.tracking import END_STATE_TAG, ERROR_TAG, Tracker
 from finesweep.spaces import SweepConfig, suggest
@@ -110,6 +111,15 @@ def restore_tuner(config: SweepConfig, setup: TuneSetup):
                               resume_errored=False)
 
 
+def checkpoint_config(config: SweepConfig):
+    """Each trial keeps its best `keep_checkpoints` evaluations (plus its latest, for a restart), ranked by the
+    metric with ties to the earlier step, as pick_best ranks them: the sweep's winner is never deleted."""
+    from ray import tune
+
+    return tune.CheckpointConfig(num_to_keep=config.search.keep_checkpoints,
+                                 checkpoint_score_attribute=CHECKPOINT_SCORE, checkpoint_score_order="max")
+
+
 def make_tuner(config: SweepConfig, setup: TuneSetup):
     from ray import tune
 
@@ -125,9 +135,7 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
     )
     run_config = tune.RunConfig(
         name=setup.experiment_name, storage_path=str(setup.storage.resolve()),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=config.search.keep_checkpoints,
-                                                checkpoint_score_attribute=config.search.metric,
-                                                checkpoint_score_order=config.search.mode),
+        checkpoint_config=checkpoint_config(config),
         # A trial whose worker dies (killed, node lost) or that raises restarts from its last checkpoint, twice
         # at most; diverged and out-of-memory trials end themselves, recorded and not retried (see run_trial).
         failure_config=tune.FailureConfig(max_failures=2),
