@@ -18,6 +18,8 @@ from finesweep.spaces import Quantization, SweepConfig, Task
 log = logging.getLogger(__name__)
 
 FULL = "full"
+ADAPTER = "adapter"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 # The metric each task's warning watches, and whether a larger value is better.
 PRIMARY = {Task.classification: ("accuracy", True), Task.causal_lm: ("perplexity", False)}
 
@@ -29,6 +31,11 @@ class ExportResult:
     """Variant ("full", "int8", "nf4") -> test metrics, plus "size_bytes"."""
     warnings: list[str] = field(default_factory=list)
     """E.g. "int8: accuracy fell by 0.023 (> export.max_metric_drop 0.01)"."""
+    adapter: Path | None = None
+    """The LoRA adapter alone (weights, config, tokenizer), when the winner was a LoRA trial."""
+
+    def variant_folder(self, variant: str) -> Path:
+        return self.folder / _folder(variant)
 
 
 def export_best(
@@ -42,7 +49,8 @@ def export_best(
     out_dir: Path,
     label_names: list[str] | None = None,
 ) -> ExportResult:
-    """Write out_dir/{model, model-<method>..., metrics.json, sweep.json, README.md}; return metrics and warnings.
+    """Write out_dir/{model, model-<method>..., [adapter], metrics.json, sweep.json, README.md}; return metrics
+    and warnings. A LoRA winner is exported merged (`model`) and also as the adapter alone (`adapter`).
 
     `label_names` is only needed for a LoRA checkpoint whose folder holds no config with id2label and whose test
     split has no ClassLabel feature (the base model's head is rebuilt from them before the adapter is merged).
@@ -52,6 +60,9 @@ def export_best(
     out_dir.mkdir(parents=True, exist_ok=True)
     full_dir = _fresh(out_dir / "model")
     _save_full(config, Path(checkpoint_dir), Path(tokenizer_source), best, full_dir, label_names or _split_labels(test_split))
+    adapter = _save_adapter(Path(checkpoint_dir), full_dir, _fresh(out_dir / ADAPTER)) if _is_adapter(Path(checkpoint_dir)) else None
+    if adapter is None:
+        shutil.rmtree(out_dir / ADAPTER, ignore_errors=True)  # a re-export of a full fine-tune keeps no stale adapter
     metrics = {FULL: _measure(full_dir, task, test_split, collate)}
     for method in _methods(config):
         from finesweep.trainer.quantize import quantize
@@ -63,8 +74,8 @@ def export_best(
         log.warning("export: %s", warning)
     _write_json(out_dir / "metrics.json", metrics)
     _write_json(out_dir / "sweep.json", config.model_dump(mode="json"))
-    (out_dir / "README.md").write_text(model_card(config, best, metrics, warnings), encoding="utf-8")
-    return ExportResult(folder=out_dir, metrics=metrics, warnings=warnings)
+    (out_dir / "README.md").write_text(model_card(config, best, metrics, warnings, adapter is not None), encoding="utf-8")
+    return ExportResult(folder=out_dir, metrics=metrics, warnings=warnings, adapter=adapter)
 
 
 def _methods(config: SweepConfig) -> list[Quantization]:
@@ -91,7 +102,7 @@ def _save_full(config: SweepConfig, checkpoint_dir: Path, tokenizer_source: Path
                label_names: list[str] | None) -> None:
     """The winning checkpoint (LoRA adapters merged) saved as safetensors with its tokenizer."""
     task = Task(config.data.task)
-    if (checkpoint_dir / "adapter_config.json").exists():
+    if _is_adapter(checkpoint_dir):
         model = _merged_lora(config, checkpoint_dir, best, label_names or _config_labels(checkpoint_dir))
     else:
         from finesweep.trainer.models import load_checkpoint
@@ -100,8 +111,35 @@ def _save_full(config: SweepConfig, checkpoint_dir: Path, tokenizer_source: Path
     tokenizer = _tokenizer(tokenizer_source, config.trust_remote_code)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id  # batched classification needs it in the config
+    _complete_generation_config(model, tokenizer)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
+
+
+def _complete_generation_config(model: Any, tokenizer: Any) -> None:
+    """A causal LM's generation_config.json (saved with it) names the tokens generate() pads and stops with, so
+    `model.generate(...)` on the export neither warns nor runs past the end of a response."""
+    generation = getattr(model, "generation_config", None)
+    if generation is None or not model.can_generate():
+        return
+    if generation.pad_token_id is None:
+        generation.pad_token_id = tokenizer.pad_token_id
+    if generation.eos_token_id is None:
+        generation.eos_token_id = tokenizer.eos_token_id
+
+
+def _is_adapter(checkpoint_dir: Path) -> bool:
+    return (checkpoint_dir / ADAPTER_FILES[0]).exists()
+
+
+def _save_adapter(checkpoint_dir: Path, full_dir: Path, out: Path) -> Path:
+    """The adapter alone, for users who keep one base model and swap adapters: its weights and config as the
+    trial saved them (a classifier's head is inside, as a module to save) and the tokenizer."""
+    for name in ADAPTER_FILES:
+        shutil.copy2(checkpoint_dir / name, out / name)
+    for tokenizer_file in full_dir.glob("*token*"):
+        shutil.copy2(tokenizer_file, out / tokenizer_file.name)
+    return out
 
 
 def _merged_lora(config: SweepConfig, adapter_dir: Path, best: dict, label_names: list[str] | None) -> Any:
@@ -185,7 +223,8 @@ def drop_warnings(metrics: dict[str, dict[str, float]], task: Task, max_drop: fl
 # --- the model card -----------------------------------------------------------------------------------------
 
 
-def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, float]], warnings: list[str]) -> str:
+def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, float]], warnings: list[str],
+               has_adapter: bool = False) -> str:
     """README.md of the export folder: where the model came from, how it was chosen, how well each variant does."""
     task = Task(config.data.task)
     parts = [
@@ -196,6 +235,7 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
         _params_section(best),
         _metrics_section(metrics, task, warnings),
         _usage_section(metrics, task),
+        _adapter_section(config, best, task) if has_adapter else "",
     ]
     return "\n".join(parts)
 
@@ -264,6 +304,30 @@ def _usage_section(metrics: dict[str, dict[str, float]], task: Task) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _adapter_section(config: SweepConfig, best: dict, task: Task) -> str:
+    """How to put the LoRA adapter alone on its base model (peft), for users who share one base across adapters."""
+    auto = "AutoModelForSequenceClassification" if task == Task.classification else "AutoModelForCausalLM"
+    candidate = next((m for m in config.models if m.name == best.get("model")), None)
+    base = (candidate.path or candidate.hub_id) if candidate else "<base model>"
+    head = ', num_labels=len(labels), id2label=dict(enumerate(labels))' if task == Task.classification else ""
+    return "\n".join([
+        "## The LoRA adapter alone\n",
+        f"`{ADAPTER}` holds the winning LoRA adapter (the classification head is inside it) and the tokenizer; "
+        f"`model` is the same adapter merged into the base. The adapter applies to the base model `{base}`"
+        + (f" with `config_overrides` {candidate.config_overrides}" if candidate and candidate.config_overrides else "")
+        + " (`pip install peft`):\n",
+        "```python",
+        "from peft import PeftModel",
+        f"from transformers import {auto}",
+        "",
+        *(['labels = [...]  # as in model/config.json id2label'] if task == Task.classification else []),
+        f'base = {auto}.from_pretrained("{base}"{head})',
+        f'model = PeftModel.from_pretrained(base, "{ADAPTER}")',
+        "```",
+        "",
+    ])
 
 
 def _folder(variant: str) -> str:

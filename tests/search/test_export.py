@@ -137,6 +137,23 @@ def test_export_merges_a_lora_adapter_causal_lm(tiny_causal_lm, tmp_path):
     assert not merged.transformer.h[0].attn.c_attn.weight.equal(base.transformer.h[0].attn.c_attn.weight)
     assert "perplexity" in (tmp_path / "out" / "README.md").read_text()
     assert result.metrics["int8"]["perplexity"] == pytest.approx(result.metrics["full"]["perplexity"], rel=0.05)
+    generation = json.loads((tmp_path / "out" / "model" / "generation_config.json").read_text())
+    assert generation["pad_token_id"] == tokenizer.pad_token_id and generation["eos_token_id"] == tokenizer.eos_token_id
+    _assert_adapter_export_matches_merged(AutoModelForCausalLM.from_pretrained(tiny_causal_lm), tmp_path / "out", merged)
+
+
+def _assert_adapter_export_matches_merged(base, out: Path, merged) -> None:
+    """The adapter folder, put on its base with peft as the model card says, predicts what the merged model does."""
+    import torch
+    from peft import PeftModel
+
+    assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer_config.json"} <= {
+        p.name for p in (out / "adapter").iterdir()}
+    assert "PeftModel.from_pretrained(base, \"adapter\")" in (out / "README.md").read_text()
+    adapted = PeftModel.from_pretrained(base, out / "adapter").eval()
+    inputs = torch.tensor([[1, 5, 9, 3, 7, 2]])
+    with torch.no_grad():
+        assert torch.allclose(adapted(input_ids=inputs).logits, merged.eval()(input_ids=inputs).logits, atol=1e-5)
 
 
 def test_export_merges_a_lora_classifier_with_labels_from_the_split(tiny_classifier, tmp_path):
@@ -164,3 +181,13 @@ def test_export_merges_a_lora_classifier_with_labels_from_the_split(tiny_classif
     merged = load_file(str(tmp_path / "out" / "model" / "model.safetensors"))
     trained_head = model.base_model.model.classifier.modules_to_save["default"].weight
     assert merged["classifier.weight"].equal(trained_head.detach())  # the adapter's head, not a fresh one
+    from transformers import AutoModelForSequenceClassification
+
+    _assert_adapter_export_matches_merged(load_model(config.candidate("tiny"), Task.classification, LABELS),
+                                          tmp_path / "out",
+                                          AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "model"))
+
+
+def test_a_full_fine_tune_exports_no_adapter(exported):
+    _, out = exported
+    assert not (out / "adapter").exists() and "LoRA adapter" not in (out / "README.md").read_text()
