@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 from finesweep.spaces.config import FloatRange, Method, SpaceConfig
+
+FLOAT_DIMENSIONS = ("learning_rate", "warmup_ratio", "weight_decay")
+LORA_DIMENSIONS = ("lora_r", "lora_alpha")
 
 
 class SuggestingTrial(Protocol):
@@ -15,21 +18,36 @@ class SuggestingTrial(Protocol):
     def suggest_categorical(self, name: str, choices: Any) -> Any: ...
 
 
+def categorical_choices(space: SpaceConfig, models: list[str], precisions: list[str]) -> dict[str, list[Any]]:
+    """Every categorical dimension with its choices, in the order `suggest` asks for them."""
+    return {
+        "model": list(models),
+        "precision": list(precisions),
+        "effective_batch_size": list(space.effective_batch_size),
+        "method": [m.value for m in space.method],
+        "lora_r": list(space.lora_r),
+        "lora_alpha": list(space.lora_alpha),
+    }
+
+
+def float_ranges(space: SpaceConfig) -> dict[str, FloatRange]:
+    """The continuous dimensions that are searched (a plain value is fixed, not searched)."""
+    return {name: dim for name in FLOAT_DIMENSIONS if isinstance(dim := getattr(space, name), FloatRange)}
+
+
+def unsuggested(point: Mapping[str, Any]) -> tuple[str, ...]:
+    """The conditional dimensions `suggest` never asks for at `point`: the LoRA ones unless the method is lora."""
+    return () if point.get("method") == Method.lora.value else LORA_DIMENSIONS
+
+
 def suggest(trial: SuggestingTrial, space: SpaceConfig, models: list[str], precisions: list[str]) -> dict[str, Any]:
     """Sample one trial's hyperparameters; returns the fixed (not searched) ones as constants."""
-    trial.suggest_categorical("model", models)
-    trial.suggest_categorical("precision", precisions)
-    trial.suggest_categorical("effective_batch_size", list(space.effective_batch_size))
-    method = trial.suggest_categorical("method", [m.value for m in space.method])
-    if method == Method.lora.value:
-        trial.suggest_categorical("lora_r", list(space.lora_r))
-        trial.suggest_categorical("lora_alpha", list(space.lora_alpha))
-    fixed: dict[str, Any] = {}
-    for name in ("learning_rate", "warmup_ratio", "weight_decay"):
-        dim = getattr(space, name)
-        if isinstance(dim, FloatRange):
-            trial.suggest_float(name, dim.low, dim.high, log=dim.log)
-        else:
-            fixed[name] = dim
-    return fixed
-
+    choices = categorical_choices(space, models, precisions)
+    point = {name: trial.suggest_categorical(name, choices[name])
+             for name in ("model", "precision", "effective_batch_size", "method")}
+    for name in LORA_DIMENSIONS:
+        if name not in unsuggested(point):
+            trial.suggest_categorical(name, choices[name])
+    for name, dim in float_ranges(space).items():
+        trial.suggest_float(name, dim.low, dim.high, log=dim.log)
+    return {name: getattr(space, name) for name in FLOAT_DIMENSIONS if name not in float_ranges(space)}
