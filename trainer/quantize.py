@@ -1,7 +1,9 @@
-"""Quantize a full-precision checkpoint with bitsandbytes (int8 or NF4) and save it as a loadable folder.
+"""Quantize a full-precision checkpoint and save it as a folder plain transformers loads: bitsandbytes int8 or
+NF4, or torchao int8 weight-only (a CPU deployment path).
 
-bitsandbytes is imported here and only here (`_bnb_config`), so CPU-only machines without it still import
-finesweep, and a missing install fails with one clear message.
+The quantization libraries are required here and only here (`_quantization_config`), so machines without them
+still import finesweep, and a missing install fails with one clear message. torchao is an optional extra: once
+installed, transformers imports it in every process (seconds, and warnings), so finesweep never depends on it.
 """
 
 from __future__ import annotations
@@ -29,17 +31,25 @@ def quantize(full_dir: Path, method: Quantization, out_dir: Path, task: Task) ->
     """Reload `full_dir` quantized with `method`, save it with its tokenizer to `out_dir`; returns `out_dir`."""
     method = Quantization(method)
     if method == Quantization.none:
-        raise ValueError("quantize() needs method int8 or nf4; Quantization.none means: export the full model only")
+        raise ValueError("quantize() needs a quantization method; Quantization.none means: export the full model only")
     full_dir, out_dir = Path(full_dir), Path(out_dir)
-    skip = _skipped_modules(full_dir, method, task)
-    model = _load_quantized(full_dir, method, task, skip)
+    model = load_quantized(full_dir, method, task)
     # Save before any forward pass: on an AVX-512 bf16 CPU the first 4-bit forward repacks the weights in place,
     # and a folder saved after it reloads degraded (FACTS.md).
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     _copy_tokenizer(full_dir, out_dir)
-    log.info("%s: saved %s quantization to %s (full precision kept: %s)", full_dir.name, method.value, out_dir, skip)
+    log.info("%s: saved %s quantization to %s", full_dir.name, method.value, out_dir)
     return out_dir
+
+
+def load_quantized(full_dir: Path, method: Quantization, task: Task) -> "PreTrainedModel":
+    """The full-precision folder loaded quantized with `method`. Unlike a reloaded quantized folder (which
+    transformers 5 cannot save again), this model can be saved, once, before its first forward pass."""
+    method = Quantization(method)
+    skip = _skipped_modules(Path(full_dir), method, task)
+    log.info("%s: %s keeps in full precision: %s", Path(full_dir).name, method.value, skip)
+    return _load_quantized(Path(full_dir), method, task, skip)
 
 
 def _auto_class(task: Task):
@@ -56,21 +66,48 @@ def _device() -> str:
 
 
 def _load_quantized(full_dir: Path, method: Quantization, task: Task, skip: list[str]) -> "PreTrainedModel":
-    """The checkpoint loaded through BitsAndBytesConfig, weights quantized on load."""
+    """The checkpoint loaded through its quantization config, weights quantized on load."""
     device = _device()
-    config = _bnb_config(method, device, skip)
+    config = _quantization_config(method, device, skip)
     return _auto_class(task).from_pretrained(full_dir, quantization_config=config, device_map=device)
 
 
-def _bnb_config(method: Quantization, device: str, skip: list[str]) -> "BitsAndBytesConfig":
-    """The one place bitsandbytes is required (transformers imports it when the config is used)."""
+# The package each method needs, and how a user gets it.
+BACKENDS = {Quantization.int8: ("bitsandbytes", "pip install bitsandbytes"),
+            Quantization.nf4: ("bitsandbytes", "pip install bitsandbytes"),
+            Quantization.torchao_int8: ("torchao", "pip install 'finesweep[torchao]'")}
+
+
+def missing_backend(method: Quantization) -> str | None:
+    """How to install the library `method` needs, or None when it is importable."""
     import importlib.util
 
+    package, install = BACKENDS.get(Quantization(method), (None, None))
+    return install if package and importlib.util.find_spec(package) is None else None
+
+
+def _quantization_config(method: Quantization, device: str, skip: list[str]):
+    """The one place the quantization libraries are required (transformers imports them when the config is used)."""
+    if install := missing_backend(method):
+        raise RuntimeError(f"export quantization {method.value} needs {BACKENDS[method][0]}: {install} "
+                           f"(or remove {method.value} from export.quantization)")
+    if method == Quantization.torchao_int8:
+        return _torchao_config(skip)
+    return _bnb_config(method, device, skip)
+
+
+def _torchao_config(skip: list[str]):
+    """int8 weights, activations in full precision: runs on any CPU, saved as safetensors."""
+    from torchao.quantization import Int8WeightOnlyConfig
+    from transformers import TorchAoConfig
+
+    return TorchAoConfig(Int8WeightOnlyConfig(), modules_to_not_convert=skip)
+
+
+def _bnb_config(method: Quantization, device: str, skip: list[str]) -> "BitsAndBytesConfig":
     import torch
     from transformers import BitsAndBytesConfig
 
-    if importlib.util.find_spec("bitsandbytes") is None:
-        raise RuntimeError("export quantization needs bitsandbytes: pip install bitsandbytes (or set export.quantization: [none])")
     if method == Quantization.int8:
         return BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=skip)
     # bf16 compute is the fast path on CUDA; on CPU float32 keeps the activations exact.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -118,6 +119,25 @@ def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
     )
 
 
+class _Throughput:
+    """Tokens per second and peak memory of the training so far, for every evaluation's report."""
+
+    def __init__(self):
+        from finesweep.trainer.probe_step import device_gauge
+
+        self.gauge = device_gauge()
+        self.started, self.tokens_at_start = 0.0, 0
+
+    def start(self, tokens_seen: int) -> None:
+        self.gauge.reset()  # a reused worker process: its peak so far belongs to the trial before
+        self.started, self.tokens_at_start = time.perf_counter(), int(tokens_seen)
+
+    def so_far(self, tokens_seen: int) -> dict[str, float]:
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        return {"train_tokens_per_second_so_far": (int(tokens_seen) - self.tokens_at_start) / elapsed,
+                "peak_memory_mib": self.gauge.peak() / 2**20}
+
+
 EXPLOSION_FACTOR = 100  # a loss this many times a uniform guess's has left any useful region for good
 
 
@@ -172,6 +192,7 @@ def _training_arguments(plan: TrialPlan):
         save_total_limit=1,
         save_only_model=False,
         logging_steps=max(1, plan.eval_every_steps // 5),
+        include_num_input_tokens_seen="non_padding",  # the trial's tokens/s counts real tokens, not padding
         seed=plan.seed,
         report_to="none",
         disable_tqdm=True,
@@ -188,6 +209,10 @@ def _sink_callback(sink: EvaluationSink, task: Task, loss_limit: float):
     class SinkCallback(TrainerCallback):
         def __init__(self):
             self.last_eval: dict[str, float] | None = None
+            self.throughput = _Throughput()
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.throughput.start(state.num_input_tokens_seen)  # after a resume: counted from the checkpoint on
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             logs = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, (int, float))}
@@ -207,7 +232,8 @@ def _sink_callback(sink: EvaluationSink, task: Task, loss_limit: float):
             if self.last_eval is None:
                 return
             checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            sink.on_evaluation(state.global_step, self.last_eval, checkpoint)
+            sink.on_evaluation(state.global_step, {**self.last_eval, **self.throughput.so_far(state.num_input_tokens_seen)},
+                               checkpoint)
             self.last_eval = None
 
     return SinkCallback()
