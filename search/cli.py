@@ -185,13 +185,52 @@ app.command(name="best", help="Same as status: the leaderboard, best first.")(st
 
 
 @app.command()
+def sync(sweep: Path = SweepArg,
+         tracking_uri: Optional[str] = typer.Option(None, help="Replay to this store instead of the sweep's.")) -> None:
+    """Replay the tracking writes a sweep kept on disk while the MLflow server was down (safe to run again)."""
+    _quiet_libraries(False)
+    with user_errors():
+        uri, state = _store_of(sweep, tracking_uri)
+    from finesweep.search.spool import SPOOL_FOLDER, Spool, remap_sweep_files, replay
+    from finesweep.search.tracking import TrackingUnavailable
+
+    root = Path(state["root"])
+    spool = Spool(root / SPOOL_FOLDER)
+    pending = spool.pending()
+    if not pending:
+        typer.echo(f"nothing to replay: {spool.folder} holds no tracking writes that wait for {uri}")
+        return
+    typer.echo(f"replaying {pending} tracking writes from {spool.folder} to {uri}")
+    try:
+        report = replay(spool.folder, uri)
+    except TrackingUnavailable as error:
+        typer.secho(f"error: {error}. {spool.pending()} writes still wait in {spool.folder}; start the server (or pass "
+                    "--tracking-uri) and run `finesweep sync` again: what was replayed is not replayed twice.",
+                    fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from None
+    for op, count in sorted(report.replayed.items()):
+        typer.echo(f"  {op}: {count}")
+    for placeholder, real in report.created.items():
+        typer.echo(f"  created {real} (was {placeholder})")
+    for name in remap_sweep_files(root, spool.ids()):
+        typer.echo(f"  {name}: placeholder ids replaced by the server's")
+    for line in report.skipped:
+        typer.secho(f"  skipped {line}", fg=typer.colors.YELLOW, err=True)
+    skipped = f", skipped {len(report.skipped)} that the server refused" if report.skipped else ""
+    typer.echo(f"replayed {sum(report.replayed.values())} writes{skipped}")
+    if report.skipped:
+        raise typer.Exit(1)
+
+
+@app.command()
 def ui(sweep: Path = SweepArg, port: int = typer.Option(5000, help="Port of the UI."),
        host: str = typer.Option("127.0.0.1", help="Address to bind; 127.0.0.1 keeps it private to this machine."),
        tracking_uri: Optional[str] = typer.Option(None)) -> None:
     """Start the MLflow UI on the sweep's tracking store and print the sweep's address."""
     with user_errors():
         uri, state = _store_of(sweep, tracking_uri)
-    typer.echo(f"MLflow UI: http://{host}:{port}/#/experiments/{state['experiment_id']}  (Ctrl+C stops it)")
+    # The runs table: MLflow 3 opens an experiment on its GenAI overview page otherwise.
+    typer.echo(f"MLflow UI: http://{host}:{port}/#/experiments/{state['experiment_id']}/runs  (Ctrl+C stops it)")
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
     sys.stdout.flush()
     # Become the UI process, so stopping `finesweep ui` (Ctrl+C, SIGTERM) stops the server too.

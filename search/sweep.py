@@ -12,6 +12,7 @@ from typing import Any
 
 from finesweep.search.device import Device, resolve_device, usable_precisions
 from finesweep.search.report import Console
+from finesweep.search.spool import SPOOL_FOLDER
 from finesweep.search.tracking import Tracker, default_tracking_uri
 from finesweep.spaces import SweepConfig
 
@@ -104,7 +105,7 @@ def start_parent_run(config: SweepConfig, folder: SweepFolder, tracker: Tracker)
     parent = tracker.start_run(experiment_id, f"sweep-{time.strftime('%Y%m%d-%H%M%S')}", {"finesweep.kind": "sweep"})
     tracker.log_params(parent, _flatten(config.model_dump(mode="json")))
     tracker.log_json(parent, config.model_dump(mode="json"), "sweep.json")
-    tracker.set_tags(parent, {"finesweep.python": platform.python_version(), **_library_versions()})
+    tracker.set_tags(parent, {"finesweep.python": platform.python_version(), **_library_versions(), **_git_tags(Path.cwd())})
     return experiment_id, parent
 
 
@@ -126,6 +127,9 @@ class Session:
 
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console) -> Session:
     """Data and probe (both cached by content, so a resume redoes neither) and the tracking store."""
+    from finesweep.search.export import check_backends
+
+    check_backends(config)
     folder.root.mkdir(parents=True, exist_ok=True)
     device = resolve_device()
     precisions = usable_precisions([p.value for p in config.space.precision], device)
@@ -133,7 +137,7 @@ def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, co
     data = prepare_data(config, folder, console)
     probes = probe(config, folder, device, precisions, data, console)
     config = drop_unfit_models(config, probes, console)
-    tracker = Tracker(tracking_uri or config.tracking.uri or default_tracking_uri(folder.root))
+    tracker = Tracker(tracking_uri or config.tracking.uri or default_tracking_uri(folder.root), folder.root / SPOOL_FOLDER)
     return Session(config, folder, data, probes, precisions, tracker, console)
 
 
@@ -204,7 +208,7 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
     tracker = session.tracker
     try:
         best = _search(session, address, tune_experiment, resume)
-        summary = _finish(session.config, session.folder, session.data, best, tracker, session.parent, session.console)
+        summary = _finish(session, best)
     except BaseException:
         tracker.finish(session.parent, "FAILED")
         raise
@@ -213,6 +217,8 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
     tracker.finish(session.parent)
     (session.folder.root / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     session.console.done(summary, tracker.uri, session.experiment_id)
+    if note := tracker.spool_note(session.folder.root):
+        session.console.warn(note)
     return summary
 
 
@@ -220,14 +226,18 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     from finesweep.search.best import pick_best
     from finesweep.search.trainable import TrialContext
     from finesweep.search.tune import TrialEndRecorder, TuneSetup, make_tuner, restore_tuner, start_ray
+    from finesweep.spaces.grid import fit_to_grid
 
     config, tracker = session.config, session.tracker
+    if config.search.algorithm == "grid":
+        config, note = fit_to_grid(config, session.precisions)  # a grid runs each configuration once at most
+        session.console.step(note)
     context = TrialContext(
         sweep=config.model_dump(mode="json"), tokenized=session.data.tokenized,
         label_names=session.data.prepared.label_names,
         micro_batches={k: v.micro_batch for k, v in session.probes.items()},
         eval_batches={k: v.eval_batch_size for k, v in session.probes.items()}, tracking_uri=tracker.uri,
-        experiment_id=session.experiment_id, parent_run_id=session.parent,
+        experiment_id=session.experiment_id, parent_run_id=session.parent, spool_dir=str(tracker.spool.folder),
     )
     start_ray(address)
     evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
@@ -235,11 +245,16 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     setup = TuneSetup(context, session.folder.tune, tune_experiment, session.precisions, [recorder])
     results = (restore_tuner(config, setup) if resume else make_tuner(config, setup)).fit()
     recorder.close_unfinished("stopped_by_time_budget")
+    from finesweep.search.plots import log_sweep_plots  # never raises: a plot failure must not fail the sweep
+
+    log_sweep_plots(config, tracker, session.experiment_id, session.parent, session.precisions,
+                    session.folder.root / "plots", session.console.warn)
     session.console.leaderboard(tracker, session.experiment_id, session.parent, config.search.metric, config.search.mode)
     return pick_best(results, config.search.metric, config.search.mode)
 
 
-def _finish(config, folder, data, best, tracker: Tracker, parent: str, console: Console) -> dict[str, Any]:
+def _finish(session: Session, best) -> dict[str, Any]:
+    tracker, parent, console = session.tracker, session.parent, session.console
     if best is None:
         tracker.set_tags(parent, {"finesweep.outcome": "no trial produced an evaluation"})
         console.warn("No trial reported an evaluation: nothing to export. See the failed trials above.")
@@ -247,19 +262,41 @@ def _finish(config, folder, data, best, tracker: Tracker, parent: str, console: 
     tracker.set_tags(parent, {"finesweep.best_run_id": best.mlflow_run_id, "finesweep.best_step": best.step,
                               "finesweep.best_trial": best.trial_id})
     tracker.log_metrics(parent, {f"best_{best.metric}": best.value}, best.step)
-    exported = export(config, folder, data, best, console)
+    exported = export(session.config, session.folder, session.data, best, console)
+    registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)
+    return {"best": best.as_dict(), "export_dir": str(exported.folder), "test_metrics": exported.metrics,
+            "warnings": exported.warnings, "registered": registered}
+
+
+def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, parent: str, exported, best,
+                  console: Console) -> list[str]:
+    """The export's test metrics, model card and metrics.json on the parent run, and its variants registered
+    (when export.register_model). Returns the registered model URIs. A registry that refuses (an old server, a
+    file store) costs a warning, never the export on disk."""
+    from finesweep.search.registry import register_export
+
     for variant, metrics in exported.metrics.items():
         tracker.log_metrics(parent, {f"test_{variant}_{k}": v for k, v in metrics.items()}, 0)
     tracker.log_file(parent, exported.folder / "README.md", "export")
     tracker.log_file(parent, exported.folder / "metrics.json", "export")
-    return {"best": best.as_dict(), "export_dir": str(exported.folder), "test_metrics": exported.metrics,
-            "warnings": exported.warnings}
+    if not config.export.register_model:
+        return []
+    try:
+        versions = register_export(config, tracker, experiment_id, parent, exported.folder, exported.metrics,
+                                   best.as_dict())
+    except Exception as error:  # noqa: BLE001 - the export folder is the deliverable; the registry is a copy
+        console.warn(f"export: the model registry at {tracker.uri} refused the export ({type(error).__name__}: "
+                     f"{error}); the export folder {exported.folder} is complete. Set export.register_model: false to skip.")
+        return []
+    console.step("Registered " + ", ".join(f"{v.model_uri} ({v.variant})" for v in versions))
+    return [v.model_uri for v in versions]
 
 
 def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | None,
              console: Console | None = None):
     """Export a finished sweep's best checkpoint again, with other quantizations or into another folder."""
     from finesweep.search.best import Best
+    from finesweep.search.export import check_backends
 
     console = console or Console()
     state = read_state(sweep_dir)
@@ -274,7 +311,12 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
         updates["output_dir"] = str(out_dir.resolve())
     config = SweepConfig.model_validate({**config.model_dump(mode="json"),
                                          "export": {**config.export.model_dump(mode="json"), **updates}})
-    return export(config, folder, prepare_data(config, folder, console), Best.from_dict(saved), console)
+    best = Best.from_dict(saved)
+    check_backends(config)
+    exported = export(config, folder, prepare_data(config, folder, console), best, console)
+    record_export(config, Tracker(state["tracking_uri"]), state["experiment_id"], state["parent_run_id"], exported,
+                  best, console)
+    return exported
 
 
 def export(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console):
@@ -301,6 +343,24 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = json.dumps(value) if isinstance(value, (list, dict)) else value
     return flat
+
+
+def _git_tags(folder: Path) -> dict[str, str]:
+    """The commit of the user's project (the folder the sweep runs from), MLflow's standard tag, when it is a git
+    checkout; whether it had uncommitted changes. Nothing when it is not (or git is missing)."""
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return {}
+    return {"mlflow.source.git.commit": commit, "finesweep.git_dirty": str(bool(git("status", "--porcelain")))}
 
 
 def _library_versions() -> dict[str, str]:

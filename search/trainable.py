@@ -32,6 +32,9 @@ class TrialContext:
     tracking_uri: str
     experiment_id: str
     parent_run_id: str
+    # Where tracking writes wait while the server is down (tracking-spool/ in the sweep folder). A local Ray shares
+    # the disk; on a multi-node cluster each node keeps its own spool under this path and sync runs where it is.
+    spool_dir: str = ""
 
 
 def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, resume_from: str | None = None) -> TrialPlan:
@@ -70,17 +73,18 @@ class TuneMlflowSink:
     """Sends each evaluation to Tune (with its checkpoint) and to the trial's MLflow run."""
 
     def __init__(self, tracker: Tracker, run_id: str, samples_per_step: int, objective: tuple[str, str],
-                 start_step: int = 0, logged_through: int = 0):
+                 start_step: int = 0, logged_through: int = 0, trained_through: int = 0):
         self.tracker, self.run_id = tracker, run_id
         self.metric, self.mode = objective
         self.samples_per_step = samples_per_step
         self.start_step = start_step
-        # A resumed trial redoes the steps between its last checkpoint and the crash; MLflow already has them.
-        self.logged_through = logged_through
+        # A resumed trial redoes the steps between its last checkpoint and the crash; MLflow already has them:
+        # the evaluations up to logged_through, and the training logs (written more often) up to trained_through.
+        self.logged_through, self.trained_through = logged_through, trained_through
         self.started = time.perf_counter()
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
-        if step > self.logged_through:
+        if step > self.trained_through:
             self.tracker.log_metrics(self.run_id, metrics, step)
 
     def on_evaluation(self, step: int, metrics: dict[str, float], checkpoint_dir: Path) -> None:
@@ -103,7 +107,7 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
     from finesweep.trainer.trial import train
 
     trial = tune.get_context()
-    tracker = Tracker(context.tracking_uri)
+    tracker = Tracker(context.tracking_uri, context.spool_dir or None)
     run_id = tracker.trial_run(context.experiment_id, context.parent_run_id, trial.get_trial_id()) or tracker.start_run(
         context.experiment_id, trial.get_trial_name(), {TRIAL_TAG: trial.get_trial_id()}, context.parent_run_id)
     try:
@@ -138,9 +142,11 @@ def _sink_for(plan: TrialPlan, tracker: Tracker, run_id: str, objective: tuple[s
         return TuneMlflowSink(tracker, run_id, plan.batch.effective, objective)
     state = json.loads((Path(plan.resume_from) / "trainer_state.json").read_text())
     start = int(state["global_step"])
-    logged = max((m.step for m in tracker.client.get_metric_history(run_id, "eval_loss")), default=0)
+    logged = tracker.last_step(run_id, "eval_loss")  # the server's and the spool's: nothing is logged twice
+    trained = tracker.last_step(run_id, "loss")  # training logs come every few steps, past the last evaluation
     tracker.set_tags(run_id, {RESUMED_TAG: start})
-    return TuneMlflowSink(tracker, run_id, plan.batch.effective, objective, start_step=start, logged_through=logged)
+    return TuneMlflowSink(tracker, run_id, plan.batch.effective, objective, start_step=start, logged_through=logged,
+                          trained_through=trained)
 
 
 def _restored_checkpoint(output_dir: Path) -> str | None:

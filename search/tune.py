@@ -1,4 +1,4 @@
-"""Ray Tune wiring: OptunaSearch (TPE or random) samples, ASHA stops, Tune runs and checkpoints."""
+"""Ray Tune wiring: OptunaSearch (TPE, random or grid) samples, ASHA stops, Tune runs and checkpoints."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from optuna.samplers import GridSampler
 from ray.tune import Callback
 
 from finesweep.search.best import CHECKPOINT_SCORE
 from finesweep.search.trainable import TrialContext, run_trial
 from finesweep.search.tracking import END_STATE_TAG, ERROR_TAG, Tracker
 from finesweep.spaces import SweepConfig, suggest
+from finesweep.spaces.grid import distinct, grid
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +37,29 @@ def start_ray(address: str | None) -> None:
                  logging_level=logging.WARNING, log_to_driver=False)
 
 
+class DistinctGridSampler(GridSampler):
+    """Optuna's GridSampler over the grid's distinct configurations only, without its stop at the end.
+
+    GridSampler runs the whole product of the grid's values. A trial that never asks for a conditional dimension
+    (lora_r, lora_alpha under full fine-tuning) would train the same configuration once per value of it, so the
+    product is narrowed to the points `spaces.grid.distinct` keeps. GridSampler's `study.stop()` after the last
+    point works only inside `study.optimize`; under Ray Tune (ask and tell) it raises, and Tune's num_samples
+    (capped at the grid's size) ends the search anyway. Module level: Tune pickles the searcher with its sampler.
+    """
+
+    def __init__(self, values: dict[str, list[Any]], seed: int):
+        super().__init__(values, seed=seed)
+        # GridSampler keeps the product, shuffled by the seed, in _all_grids (each tuple in _param_names order);
+        # a trial's grid id indexes that list, and _n_min_trials is its length (optuna 5.0).
+        kept = [g for g in self._all_grids if distinct(dict(zip(self._param_names, g)), values)]
+        self._all_grids, self._n_min_trials = kept, len(kept)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None
+
+
 def make_searcher(config: SweepConfig, precisions: list[str]):
-    """Optuna through Ray Tune: multivariate TPE (seeded), or random as a baseline."""
+    """Optuna through Ray Tune: multivariate TPE (seeded), or random or grid search as a baseline."""
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
@@ -46,6 +69,9 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
         # trials would never leave that phase, so a third of the budget is random and the rest is TPE.
         startup = min(10, max(2, config.search.num_trials // 3))
         sampler = optuna.samplers.TPESampler(seed=config.seed, multivariate=True, n_startup_trials=startup)
+    elif config.search.algorithm == "grid":
+        values = grid(config.space, config.model_names, precisions, config.search.grid_points)
+        sampler = DistinctGridSampler(values, seed=config.seed)
     else:
         sampler = optuna.samplers.RandomSampler(seed=config.seed)
     space = functools.partial(suggest, space=config.space, models=config.model_names, precisions=precisions)
@@ -148,6 +174,9 @@ class TrialEndRecorder(Callback):
     """Closes each trial's MLflow run with its end state (an ASHA stop ends the trial's process before it can),
     and hands every result and end to `on_event` for the terminal display.
 
+    It reads nothing from the tracking server that it can know otherwise (each result names the trial's run), so a
+    server that is down costs no wait here: the closing writes go to the sweep's spool like any other.
+
     Tune pickles its callbacks with the experiment state (and a resumed sweep gets them back from there):
     the MLflow client is rebuilt after a pickle; `on_event` must be picklable."""
 
@@ -155,17 +184,23 @@ class TrialEndRecorder(Callback):
         self.tracking_uri, self.context, self.max_evaluations = tracking_uri, context, max_evaluations
         self.on_event = on_event
         self._tracker: Tracker | None = None
+        self._open: dict[str, tuple[str, Any]] = {}  # trial id -> (its run id, last step) until its end event
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_tracker": None}
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({"_open": {}, **state})  # a recorder pickled by an older finesweep has no _open
+
     @property
     def tracker(self) -> Tracker:
         if self._tracker is None:
-            self._tracker = Tracker(self.tracking_uri)
+            self._tracker = Tracker(self.tracking_uri, self.context.spool_dir or None)
         return self._tracker
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get("mlflow_run_id"):
+            self._open[trial.trial_id] = (result["mlflow_run_id"], result.get("step"))
         if self.on_event:
             self.on_event("result", trial, result)
 
@@ -179,25 +214,28 @@ class TrialEndRecorder(Callback):
 
     def close_unfinished(self, state: str) -> None:
         """After the search: trials Tune stopped without a completion event (the time budget) end as `state`."""
+        closed = set()
+        for run_id, step in self._open.values():
+            self.tracker.close_if_running(run_id, {END_STATE_TAG: f"{state}_at_step_{step}"}, "FINISHED")
+            closed.add(run_id)
+        self._open.clear()
+        # Runs that never reported (and, on a resumed sweep, those of the controller before): as the server has
+        # them; none when it does not answer (the warning says so).
         for run in self.tracker.trial_runs(self.context.experiment_id, self.context.parent_run_id):
-            if run.info.status == "RUNNING":
-                history = self.tracker.client.get_metric_history(run.info.run_id, "eval_loss")
-                step = max((m.step for m in history), default=0)
-                self.tracker.set_tags(run.info.run_id, {END_STATE_TAG: f"{state}_at_step_{step}"})
-                self.tracker.finish(run.info.run_id, "FINISHED")
+            if run.info.status == "RUNNING" and run.info.run_id not in closed:
+                step = self.tracker.last_step(run.info.run_id, "eval_loss")
+                self.tracker.close_if_running(run.info.run_id, {END_STATE_TAG: f"{state}_at_step_{step}"}, "FINISHED")
 
     def _close(self, trial, state: str, status: str, message: str | None) -> None:
-        run_id = self.tracker.trial_run(self.context.experiment_id, self.context.parent_run_id, trial.trial_id)
-        if run_id and self.tracker.is_running(run_id):
+        self._open.pop(trial.trial_id, None)
+        # Every result names the trial's run; a trial that ended before its first result is looked up.
+        run_id = (trial.last_result or {}).get("mlflow_run_id") or self.tracker.trial_run(
+            self.context.experiment_id, self.context.parent_run_id, trial.trial_id)
+        if run_id:
             tags = {END_STATE_TAG: state, **({ERROR_TAG: message} if message else {})}
-            self.tracker.set_tags(run_id, tags)
-            self.tracker.finish(run_id, status)
+            self.tracker.close_if_running(run_id, tags, status)
         if self.on_event:
-            self.on_event("end", trial, {"state": _end_state(self.tracker, run_id) or state})
-
-
-def _end_state(tracker: Tracker, run_id: str | None) -> str | None:
-    return tracker.client.get_run(run_id).data.tags.get(END_STATE_TAG) if run_id else None
+            self.on_event("end", trial, {"state": self.tracker.end_state(run_id) or state})
 
 
 def _error_text(trial) -> str:

@@ -35,8 +35,9 @@ class Method(str, Enum):
 
 class Quantization(str, Enum):
     none = "none"
-    int8 = "int8"
-    nf4 = "nf4"
+    int8 = "int8"  # bitsandbytes LLM.int8
+    nf4 = "nf4"  # bitsandbytes 4-bit NormalFloat
+    torchao_int8 = "torchao-int8"  # torchao int8 weight-only: a CPU deployment path (optional extra `torchao`)
 
 
 class SplitSizes(_Section):
@@ -195,7 +196,8 @@ class AshaConfig(_Section):
 class SearchConfig(_Section):
     """How trials are sampled, run and stopped."""
 
-    algorithm: Literal["tpe", "random"] = Field("tpe", description="Optuna sampler: multivariate TPE, or random.")
+    algorithm: Literal["tpe", "random", "grid"] = Field("tpe", description="Optuna sampler: multivariate TPE, random, or grid (every combination of the space, as a baseline).")
+    grid_points: int = Field(3, ge=2, description="Grid search: values per searched range (learning_rate, warmup_ratio, weight_decay), both ends included, log-spaced for a log range.")
     scheduler: Literal["asha", "none"] = Field("asha", description="Early stopping of poor trials.")
     asha: AshaConfig = Field(default_factory=AshaConfig, description="ASHA settings.")
     num_trials: int = Field(8, ge=1, description="Trials to run.")
@@ -207,6 +209,16 @@ class SearchConfig(_Section):
     time_budget_minutes: float | None = Field(None, gt=0, description="Wall-clock budget of the trials; when it ends, running trials stop, their evaluations so far count, and the export goes on.")
     keep_checkpoints: int = Field(2, ge=1, description="Best checkpoints each trial keeps on disk.")
     initial_points: list[dict[str, Any]] = Field(default_factory=list, description="Configurations tried first (e.g. your current recipe), so the search starts from them; unlisted dimensions are sampled.")
+
+    @model_validator(mode="after")
+    def _grid_has_no_initial_points(self) -> "SearchConfig":
+        if self.algorithm == "grid" and self.initial_points:
+            raise ValueError(
+                f"initial_points cannot be used with algorithm: grid, but got {len(self.initial_points)} initial "
+                "point(s): a grid search runs the grid's own points in a seeded order; remove initial_points, "
+                "or use algorithm: tpe or random to start from them"
+            )
+        return self
 
     @model_validator(mode="after")
     def _eval_fits(self) -> "SearchConfig":
@@ -238,9 +250,11 @@ class TrackingConfig(_Section):
 class ExportConfig(_Section):
     """What is done with the best checkpoint."""
 
-    quantization: list[Quantization] = Field([Quantization.int8], min_length=1, description="Quantized exports to make and measure (none, int8, nf4).")
+    quantization: list[Quantization] = Field([Quantization.int8], min_length=1, description="Quantized exports to make and measure: none, int8 and nf4 (bitsandbytes), torchao-int8 (CPU deployment; needs the torchao extra).")
     output_dir: str | None = Field(None, description="Export folder; unset = <sweep folder>/export.")
     max_metric_drop: float = Field(0.01, ge=0, description="Warn when a quantized model's metric falls by more than this.")
+    register_model: bool = Field(True, description="Register each exported variant in the MLflow model registry (a new version each export, alias = variant).")
+    registered_model_name: str | None = Field(None, description="Registered model name; unset = the sweep's name.", min_length=1)
 
 
 class SweepConfig(_Section):

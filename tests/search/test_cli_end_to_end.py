@@ -57,9 +57,18 @@ def finished_sweep(tmp_path_factory):
     tiny.build_tiny_classifier(folder / "model")
     tiny.write_csv(folder / "data.csv", tiny.sentiment_rows(600))
     (folder / "sweep.yaml").write_text(SWEEP)
+    _git_commit(folder)
     result = finesweep("run", "sweep.yaml", cwd=folder)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return folder, folder / "runs" / "tiny", result
+
+
+def _git_commit(folder: Path) -> None:
+    """The user's project is a git checkout: the sweep records its commit."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@localhost"}
+    for command in (["init", "-q"], ["add", "sweep.yaml"], ["commit", "-qm", "sweep"]):
+        subprocess.run(["git", *command], cwd=folder, env=env, check=True)
 
 
 def _store(sweep_dir: Path):
@@ -86,6 +95,21 @@ def test_mlflow_holds_one_parent_and_a_nested_run_per_trial_with_every_evaluatio
         micro, accumulation = int(run.data.params["micro_batch"]), int(run.data.params["gradient_accumulation"])
         assert micro * accumulation == int(run.data.params["effective_batch_size"])
         assert run.info.status in {"FINISHED", "FAILED"} and "finesweep.end_state" in run.data.tags
+        assert run.data.metrics["peak_memory_mib"] > 0 and run.data.metrics["train_tokens_per_second_so_far"] > 0
+
+
+def test_the_parent_run_has_the_project_commit_the_plots_and_the_data_story(finished_sweep):
+    folder, sweep_dir, _ = finished_sweep
+    client, state = _store(sweep_dir)
+    parent = client.get_run(state["parent_run_id"])
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True).stdout.strip()
+    assert parent.data.tags["mlflow.source.git.commit"] == head
+    assert parent.data.tags["finesweep.version.transformers"] and parent.data.params["search.metric"] == "eval_accuracy"
+    artifacts = {a.path for a in client.list_artifacts(state["parent_run_id"])}
+    assert {"data_report.json", "probe.json", "sweep.json", "plots", "export"} <= artifacts
+    plots = {a.path for a in client.list_artifacts(state["parent_run_id"], "plots")}
+    assert {"plots/optimization_history.png", "plots/parallel_coordinate.png", "plots/param_importances.png",
+            "plots/learning_curves.png"} <= plots
 
 
 def test_asha_stopped_some_trial_early(finished_sweep):
@@ -151,10 +175,34 @@ def test_predict_and_status_commands(finished_sweep):
     assert status.stdout.count("trial-") == NUM_TRIALS and "best: trial" in status.stdout
 
 
+def test_each_exported_variant_is_a_registered_model_version(finished_sweep):
+    """full and int8 are versions of the registered model `tiny`, with test metrics as tags and the variant as
+    alias; the registered full model loads through MLflow's transformers flavor and predicts a label."""
+    import mlflow
+
+    _, sweep_dir, _ = finished_sweep
+    client, state = _store(sweep_dir)
+    metrics = json.loads((sweep_dir / "export" / "metrics.json").read_text())
+    versions = {v.tags["finesweep.variant"]: v for v in client.search_model_versions("name = 'tiny'")}
+    assert set(versions) == {"full", "int8"}
+    for variant, version in versions.items():
+        assert version.run_id == state["parent_run_id"]
+        assert float(version.tags["test_accuracy"]) == pytest.approx(metrics[variant]["accuracy"], rel=1e-5)
+        assert client.get_model_version_by_alias("tiny", variant).version == version.version
+    mlflow.set_tracking_uri(client._tracking_client.tracking_uri)
+    mlflow.set_registry_uri(client._tracking_client.tracking_uri)
+    classify = mlflow.transformers.load_model("models:/tiny@full")
+    assert classify("so happy and great")[0]["label"] in {"negative", "neutral", "positive"}
+
+
 def test_export_command_exports_a_finished_sweep_again(finished_sweep, tmp_path):
-    folder, _, _ = finished_sweep
+    folder, sweep_dir, _ = finished_sweep
+    client, _ = _store(sweep_dir)
+    before = len(client.search_model_versions("name = 'tiny'"))
     result = finesweep("export", "sweep.yaml", "--quantize", "nf4", "--out", str(tmp_path / "again"), cwd=folder)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert len(client.search_model_versions("name = 'tiny'")) == before + 2  # full and nf4: new versions
+    assert client.get_model_version_by_alias("tiny", "nf4").tags["finesweep.variant"] == "nf4"
     metrics = json.loads((tmp_path / "again" / "metrics.json").read_text())
     assert set(metrics) == {"full", "nf4"} and (tmp_path / "again" / "model-nf4" / "model.safetensors").is_file()
     assert "nf4" in (tmp_path / "again" / "README.md").read_text()
