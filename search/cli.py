@@ -59,6 +59,19 @@ def _quiet_libraries(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.INFO if verbose else logging.ERROR)
 
 
+def _ray_environment(address: str | None) -> None:
+    """A local Ray (no --address) listens on 127.0.0.1 only. Ray decides that when it is imported: in its
+    single-machine mode (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0) GCS, raylet and workers bind loopback, otherwise
+    every interface. Joining a cluster needs its cluster mode, so an --address leaves Ray's default."""
+    if address is None:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # reachable from this machine only: a token adds nothing
+    else:
+        from finesweep.search.tune import check_reachable
+
+        check_reachable(address)  # before data and probe, which take minutes
+
+
 def _load(sweep_file: Path):
     from finesweep.spaces import load
 
@@ -75,6 +88,7 @@ def run(
     """Prepare data, probe memory, run the trials, pick the best checkpoint, quantize and export it."""
     _quiet_libraries(verbose)
     with user_errors():
+        _ray_environment(address)
         config = _load(sweep_file)
         from finesweep.search.sweep import run as run_sweep
 
@@ -152,12 +166,25 @@ def resume(sweep: Path = SweepArg,
     """Continue an interrupted sweep: finished trials stay, unfinished ones go on from their last checkpoint."""
     _quiet_libraries(verbose)
     with user_errors():
+        _ray_environment(address)
         root = _sweep_root(sweep)
         from finesweep.search.sweep import resume as resume_sweep
 
         summary = resume_sweep(root, address=address)
     if summary.get("best") is None:
         raise typer.Exit(1)
+
+
+def _reachable_run(tracker, run_id: str):
+    """The run, after the tracker's retries; a server that stays down is the user's to start, not a traceback."""
+    from finesweep.search.tracking import TrackingUnavailable
+    from finesweep.spaces import SweepFileError
+
+    try:
+        return tracker.call(lambda: tracker.client.get_run(run_id))
+    except TrackingUnavailable as error:
+        raise SweepFileError(f"{error}. Start the tracking server (see mlflow/README.md) or name another store "
+                             "with --tracking-uri.") from None
 
 
 @app.command()
@@ -172,7 +199,7 @@ def status(sweep: Path = SweepArg, tracking_uri: Optional[str] = typer.Option(No
         from finesweep.search.tracking import Tracker
 
         tracker = Tracker(uri)
-        parent = tracker.client.get_run(state["parent_run_id"])
+        parent = _reachable_run(tracker, state["parent_run_id"])
         metric = metric or parent.data.params.get("search.metric", "eval_loss")
         mode = mode or parent.data.params.get("search.mode", "min")
         Console().out.print(leaderboard_table(tracker, state["experiment_id"], state["parent_run_id"], metric, mode))

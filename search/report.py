@@ -48,7 +48,10 @@ class Console:
                           str(r.eval_batch_size), f"{peak / 2**30:.2f} / {r.budget_bytes / 2**30:.2f} GiB",
                           f"{r.samples_per_second:.1f}", f"{r.probe_steps} ({len(r.attempts)})", f"{r.seconds:.1f}")
         self.out.print(table)
-        self.step("Searching: Ray Tune trials sampled by Optuna, stopped early by ASHA")
+
+    def search_start(self, algorithm: str, scheduler: str) -> None:
+        stopping = ", stopped early by ASHA" if scheduler == "asha" else ""
+        self.step(f"Searching: Ray Tune trials sampled by Optuna ({algorithm}){stopping}")
 
     def trial_event(self, metric: str) -> "TrialEventPrinter":
         """A callback for the Tune callback: one line per evaluation and per trial end."""
@@ -56,6 +59,24 @@ class Console:
 
     def leaderboard(self, tracker, experiment_id: str, parent_run_id: str, metric: str, mode: str) -> None:
         self.out.print(leaderboard_table(tracker, experiment_id, parent_run_id, metric, mode))
+
+    def pareto(self, report: dict[str, Any]) -> None:
+        """The speed/quality front (search.second_objective) and the trial the stated rule exports."""
+        metric, speed, pick = report["metric"], report["second_metric"], report["pick"] or {}
+        table = Table("trial", "model", "precision", "lr", "eff. batch", f"best {metric}", "at step", "samples/s",
+                      "", title=f"Pareto front: best {metric} ({report['mode']}) against training samples/s (max)")
+        for p in (p for p in report["points"] if p["on_front"]):
+            c = p["params"]
+            table.add_row(p["trial_id"], str(c.get("model", "")), str(c.get("precision", "")),
+                          _fmt(c.get("learning_rate")), str(c.get("effective_batch_size", "")), _fmt(p[metric]),
+                          str(p["step"]), f"{p[speed]:.1f}", "exported" if p["trial_id"] == pick.get("trial_id") else "")
+        self.out.print(table)
+        off = len(report["points"]) - len(report["front"])
+        self.out.print(f"{len(report['front'])} of {len(report['points'])} trials on the front ({off} dominated). "
+                       f"Rule {report['rule_text']}.")
+        if pick:
+            self.step(f"Pick: trial {pick['trial_id']} at step {pick['step']} ({metric} {_fmt(pick[metric])}, "
+                      f"{pick[speed]:.1f} samples/s)")
 
     def export_table(self, result) -> None:
         table = Table("variant", "accuracy / perplexity", "loss", "size MB", "ms/sample", title=f"Test split ({result.folder})")

@@ -183,7 +183,7 @@ def resume(sweep_dir: Path, *, address: str | None = None, console: Console | No
     config = SweepConfig.model_validate(state["config"])
     session = _open(config, SweepFolder(Path(state["root"])), state["tracking_uri"], console or Console())
     session.experiment_id, session.parent = state["experiment_id"], state["parent_run_id"]
-    session.tracker.client.update_run(session.parent, status="RUNNING")
+    session.tracker.reopen(session.parent)
     session.console.step(f"Resuming the search from {state['tune_experiment']}")
     return _search_and_export(session, address, state["tune_experiment"], resume=True)
 
@@ -223,7 +223,7 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
 
 
 def _search(session: Session, address: str | None, tune_experiment: str, resume: bool):
-    from finesweep.search.best import pick_best
+    from finesweep.search.pareto import pick_export
     from finesweep.search.trainable import TrialContext
     from finesweep.search.tune import TrialEndRecorder, TuneSetup, make_tuner, restore_tuner, start_ray
     from finesweep.spaces.grid import fit_to_grid
@@ -240,6 +240,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
         experiment_id=session.experiment_id, parent_run_id=session.parent, spool_dir=str(tracker.spool.folder),
     )
     start_ray(address)
+    session.console.search_start(config.search.algorithm, config.search.scheduler)
     evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
     recorder = TrialEndRecorder(tracker.uri, context, evaluations, session.console.trial_event(config.search.metric))
     setup = TuneSetup(context, session.folder.tune, tune_experiment, session.precisions, [recorder])
@@ -250,7 +251,8 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     log_sweep_plots(config, tracker, session.experiment_id, session.parent, session.precisions,
                     session.folder.root / "plots", session.console.warn)
     session.console.leaderboard(tracker, session.experiment_id, session.parent, config.search.metric, config.search.mode)
-    return pick_best(results, config.search.metric, config.search.mode)
+    # With search.second_objective: the Pareto front printed and logged, and the trial search.pick names.
+    return pick_export(results, config.search, tracker, session.parent, session.console, session.folder.root)
 
 
 def _finish(session: Session, best) -> dict[str, Any]:

@@ -232,6 +232,10 @@ class Tracker:
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
         self._write("set_terminated", {"run_id": run_id, "status": status, "end_time": _now_ms()})
 
+    def reopen(self, run_id: str) -> None:
+        """Mark an ended run as running again (a resumed sweep continues its parent run)."""
+        self._write("reopen", {"run_id": run_id})
+
     def close_if_running(self, run_id: str, tags: dict[str, Any], status: str) -> None:
         """Tag and end a run unless it already ended (a trial records its own end when it can). When spooled, the
         check happens at replay, after the run's earlier writes."""
@@ -320,6 +324,8 @@ def apply_op(client: "MlflowClient", op: str, args: dict[str, Any], spool_folder
         client.log_artifact(args["run_id"], str(Path(spool_folder or ".") / args["path"]), args.get("artifact_path"))
     elif op == "set_terminated":
         client.set_terminated(args["run_id"], status=args["status"], end_time=args["end_time"])
+    elif op == "reopen":
+        client.update_run(args["run_id"], status="RUNNING")
     elif op == "close_if_running":
         if client.get_run(args["run_id"]).info.status == "RUNNING":
             client.log_batch(args["run_id"], tags=[RunTag(*t) for t in args["tags"]])

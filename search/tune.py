@@ -13,6 +13,7 @@ from optuna.samplers import GridSampler
 from ray.tune import Callback
 
 from finesweep.search.best import CHECKPOINT_SCORE
+from finesweep.search.pareto import search_objectives
 from finesweep.search.trainable import TrialContext, run_trial
 from finesweep.search.tracking import END_STATE_TAG, ERROR_TAG, Tracker
 from finesweep.spaces import SweepConfig, suggest
@@ -31,10 +32,29 @@ def start_ray(address: str | None) -> None:
         # A local Ray bound to 127.0.0.1 is reachable from this machine only; its token adds nothing.
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if address:
+        check_reachable(address)
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     else:
         ray.init(include_dashboard=False, _node_ip_address="127.0.0.1",
                  logging_level=logging.WARNING, log_to_driver=False)
+
+
+def check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Fail at once, clearly, when nothing listens at a HOST:PORT address (Ray itself would retry for minutes)."""
+    import socket
+
+    from finesweep.spaces import SweepFileError
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto" and other forms Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise SweepFileError(
+            f"--address {address}: no Ray cluster answers there ({error}). Start one on that machine with "
+            "`ray start --head --port PORT`, check the host and port (the head's GCS port, 6379 by default), or "
+            "leave --address out to run a local Ray.") from None
 
 
 class DistinctGridSampler(GridSampler):
@@ -75,7 +95,11 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
     else:
         sampler = optuna.samplers.RandomSampler(seed=config.seed)
     space = functools.partial(suggest, space=config.space, models=config.model_names, precisions=precisions)
-    return OptunaSearch(space=space, sampler=sampler, metric=config.search.metric, mode=config.search.mode,
+    # With a second objective, metric and mode are lists and the study has two directions (TPE, random and grid
+    # all sample for it). OptunaSearch then tells each trial's LAST result, [metric, throughput], when the trial
+    # ends (it skips intermediate reports for several objectives); the throughput there is the trial's own average.
+    metric, mode = search_objectives(config.search)
+    return OptunaSearch(space=space, sampler=sampler, metric=metric, mode=mode,
                         points_to_evaluate=[dict(p) for p in config.search.initial_points] or None)
 
 
@@ -152,6 +176,8 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
     _tune_environment()
     trainable = make_trainable(config, setup.context)
     tune_config = tune.TuneConfig(
+        # Tune's own metric (ASHA's, the results') is the primary one even with a second objective: ASHA ranks by
+        # one metric. OptunaSearch keeps the objectives it was built with (it ignores these once it has a space).
         metric=config.search.metric, mode=config.search.mode,
         search_alg=make_searcher(config, setup.precisions), scheduler=make_scheduler(config),
         num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials,

@@ -1,0 +1,53 @@
+"""A local Ray listens on loopback only; a cluster or tracking server that does not answer is a clear error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.search.test_cli_end_to_end import SWEEP, _free_port, finesweep
+
+LISTENING = """
+import ipaddress, json, psutil
+from finesweep.search.cli import _ray_environment
+_ray_environment(None)
+from finesweep.search.tune import start_ray
+start_ray(None)
+ours = {p.pid for p in psutil.Process().children(recursive=True)}
+sockets = [c.laddr.ip for c in psutil.net_connections("inet") if c.status == psutil.CONN_LISTEN and c.pid in ours]
+print(json.dumps(sockets))
+"""
+
+
+def test_a_local_ray_listens_on_loopback_only():
+    done = subprocess.run([sys.executable, "-c", LISTENING], capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    addresses = json.loads(done.stdout.strip().splitlines()[-1])
+    assert addresses, "Ray's servers were not found among the driver's child processes"
+    assert all(a in {"127.0.0.1", "::ffff:127.0.0.1"} for a in addresses), addresses
+
+
+def test_an_address_where_no_cluster_answers_stops_at_once(tmp_path):
+    (tmp_path / "sweep.yaml").write_text(SWEEP)
+    port = _free_port()
+    done = finesweep("run", "sweep.yaml", "--address", f"127.0.0.1:{port}", cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"--address 127.0.0.1:{port}: no Ray cluster answers there" in done.stderr
+    assert not (tmp_path / "runs").exists()  # nothing prepared for a sweep that cannot run
+
+
+def test_status_with_the_tracking_server_down_is_a_clear_error(tmp_path):
+    sweep_dir = tmp_path / "runs" / "tiny"
+    sweep_dir.mkdir(parents=True)
+    url = f"http://127.0.0.1:{_free_port()}"
+    (sweep_dir / "sweep-state.json").write_text(json.dumps({
+        "root": str(sweep_dir), "config": {}, "tracking_uri": url, "experiment_id": "1", "parent_run_id": "abc",
+        "tune_experiment": "tune-x"}))
+    env_retry = {**os.environ, "FINESWEEP_TRACKING_RETRY_S": "1"}
+    done = subprocess.run([sys.executable, "-m", "finesweep.search.cli", "status", str(sweep_dir)], env=env_retry,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert url in done.stderr and "Start the tracking server" in done.stderr
