@@ -63,12 +63,13 @@ def export_best(
     adapter = _save_adapter(Path(checkpoint_dir), full_dir, _fresh(out_dir / ADAPTER)) if _is_adapter(Path(checkpoint_dir)) else None
     if adapter is None:
         shutil.rmtree(out_dir / ADAPTER, ignore_errors=True)  # a re-export of a full fine-tune keeps no stale adapter
-    metrics = {FULL: _measure(full_dir, task, test_split, collate)}
-    for method in _methods(config):
-        from finesweep.trainer.quantize import quantize
+    from finesweep.trainer.quantize import linear_layer_names, quantize
 
+    layers = linear_layer_names(full_dir, task)
+    metrics = {FULL: _measure(full_dir, task, test_split, collate, layers)}
+    for method in _methods(config):
         folder = quantize(full_dir, method, _fresh(out_dir / f"model-{method.value}"), task)
-        metrics[method.value] = _measure(folder, task, test_split, collate)
+        metrics[method.value] = _measure(folder, task, test_split, collate, layers)
     warnings = drop_warnings(metrics, task, config.export.max_metric_drop)
     for warning in warnings:
         log.warning("export: %s", warning)
@@ -197,11 +198,12 @@ def _tokenizer(source: Path, trust_remote_code: bool) -> Any:
 # --- measuring ----------------------------------------------------------------------------------------------
 
 
-def _measure(folder: Path, task: Task, test_split: Any, collate: Callable) -> dict[str, float]:
-    """Test metrics, size on disk and latency of the model saved in `folder`, loaded as a user would."""
+def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layers: list[str]) -> dict[str, float]:
+    """Test metrics, size on disk (whole model and its linear `layers`, which quantization shrinks while the
+    embeddings stay as they are) and latency of the model saved in `folder`, loaded as a user would."""
     import torch
 
-    from finesweep.trainer.evaluate import evaluate, folder_size_bytes
+    from finesweep.trainer.evaluate import evaluate, folder_size_bytes, layer_bytes, saved_tensor_bytes
     from finesweep.trainer.models import load_checkpoint
 
     model = load_checkpoint(str(folder), task)
@@ -209,6 +211,7 @@ def _measure(folder: Path, task: Task, test_split: Any, collate: Callable) -> di
         model.to("cuda")  # quantized ones load onto the GPU already; same device keeps the latencies comparable
     metrics = evaluate(model, test_split, collate, task)
     metrics["size_bytes"] = float(folder_size_bytes(folder))
+    metrics["linear_layers_bytes"] = float(layer_bytes(saved_tensor_bytes(folder), layers))
     del model
     gc.collect()
     return metrics
@@ -289,11 +292,14 @@ def _params_section(best: dict) -> str:
 
 def _metrics_section(metrics: dict[str, dict[str, float]], task: Task, warnings: list[str]) -> str:
     names = ["accuracy", "f1_macro", "loss"] if task == Task.classification else ["loss", "perplexity"]
-    header = ["variant", "folder", *names, "size on disk", "latency (ms/sample)"]
+    header = ["variant", "folder", *names, "size on disk", "linear layers", "latency (ms/sample, batch 32)"]
     lines = ["## Test metrics\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    full_linear = metrics.get(FULL, {}).get("linear_layers_bytes") or 0
     for variant, values in metrics.items():
+        linear = values.get("linear_layers_bytes") or 0
+        smaller = f" ({full_linear / linear:.2f}x smaller)" if variant != FULL and linear else ""
         cells = [variant, f"`{_folder(variant)}`", *[_fmt(values.get(n)) for n in names],
-                 _size(values.get("size_bytes", 0)), _fmt(values.get("latency_ms_per_sample"))]
+                 _size(values.get("size_bytes", 0)), _size(linear) + smaller, _fmt(values.get("latency_ms_per_sample"))]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines += [f"> Warning: {w}" for w in warnings]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import struct
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -21,7 +23,8 @@ IGNORE_INDEX = -100
 
 
 def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batch_size: int = 32) -> dict[str, float]:
-    """Metrics of `model` on `dataset` (rows of input_ids, attention_mask, labels), plus latency per sample.
+    """Metrics of `model` on `dataset` (rows of input_ids, attention_mask, labels), plus latency per sample: the
+    wall time of the pass in batches of `batch_size` (after one untimed warm-up batch) over the rows.
 
     classification: accuracy, f1_macro, loss; causal_lm: loss (mean over response tokens) and perplexity.
     """
@@ -30,6 +33,7 @@ def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batc
     device = _model_device(model)
     model.eval()
     tally = _ClassTally() if Task(task) == Task.classification else _TokenTally()
+    _warm_up(model, dataset, collate, batch_size, device)
     start = time.perf_counter()
     with torch.no_grad():
         for batch in _batches(dataset, collate, batch_size):
@@ -41,9 +45,39 @@ def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batc
     return metrics
 
 
+def _warm_up(model: Any, dataset: "Dataset", collate: Callable, batch_size: int, device: "torch.device") -> None:
+    """One untimed batch: first-call work (bitsandbytes repacks 4-bit weights, kernels load) is not latency."""
+    import torch
+
+    with torch.no_grad():
+        for batch in _batches(dataset.select(range(min(batch_size, len(dataset)))), collate, batch_size):
+            model(**{key: value.to(device) for key, value in batch.items()})
+
+
 def folder_size_bytes(folder: Path) -> int:
     """Bytes of the weights (*.safetensors) in `folder`: the size a user downloads and loads."""
     return sum(path.stat().st_size for path in Path(folder).glob("*.safetensors"))
+
+
+def saved_tensor_bytes(folder: Path) -> dict[str, int]:
+    """Bytes on disk of every tensor in `folder`'s *.safetensors, from the file headers (no weights are loaded):
+    a quantized layer's weight and its quantization state (scales, absmax, quant_map) alike."""
+    sizes = {}
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        with path.open("rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(length))
+        for key, entry in header.items():
+            if key != "__metadata__":
+                start, end = entry["data_offsets"]
+                sizes[key] = end - start
+    return sizes
+
+
+def layer_bytes(sizes: dict[str, int], layers: list[str]) -> int:
+    """Bytes saved for the named modules: every tensor under `<layer>.`."""
+    prefixes = tuple(f"{layer}." for layer in layers)
+    return sum(size for key, size in sizes.items() if key.startswith(prefixes))
 
 
 def _model_device(model: Any) -> "torch.device":

@@ -110,7 +110,8 @@ def _bnb_config(method: Quantization, device: str, skip: list[str]) -> "BitsAndB
 
     if method == Quantization.int8:
         return BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=skip)
-    # bf16 compute is the fast path on CUDA; on CPU float32 keeps the activations exact.
+    # bf16 compute is the fast path on CUDA. On CPU float32 is asked for, but bitsandbytes' CPU 4-bit kernel casts
+    # activations to bf16 after its repack anyway; the export measures the result either way.
     compute = torch.bfloat16 if device == "cuda" else torch.float32
     return BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute, llm_int8_skip_modules=skip
@@ -132,6 +133,11 @@ def _skipped_modules(full_dir: Path, method: Quantization, task: Task) -> list[s
                      len(unpackable), unpackable)
         skip += unpackable
     return sorted(set(skip))
+
+
+def linear_layer_names(full_dir: Path, task: Task) -> list[str]:
+    """Every layer a quantization may replace (Linear, GPT-2's Conv1D), heads included."""
+    return [name for name, _ in _linear_shapes(_meta_model(Path(full_dir), task))]
 
 
 def _meta_model(full_dir: Path, task: Task) -> "PreTrainedModel":

@@ -72,6 +72,11 @@ def test_export_metrics_for_full_and_int8(exported):
         assert {"accuracy", "f1_macro", "loss", "latency_ms_per_sample", "size_bytes"} <= set(values)
     assert metrics["int8"]["size_bytes"] < metrics["full"]["size_bytes"]
     assert abs(metrics["int8"]["accuracy"] - metrics["full"]["accuracy"]) <= 0.1
+    # int8 stores one byte per weight plus a scale per row, fp32 four: the linear layers shrink about 4x (the head
+    # stays fp32), the whole file less (embeddings stay as they are).
+    linear_ratio = metrics["full"]["linear_layers_bytes"] / metrics["int8"]["linear_layers_bytes"]
+    assert 3.0 < linear_ratio < 4.0
+    assert metrics["full"]["size_bytes"] / metrics["int8"]["size_bytes"] < linear_ratio
 
 
 def test_export_keeps_labels_and_predicts_names(exported):
@@ -97,6 +102,8 @@ def test_model_card_names_params_and_both_metric_sets(exported):
     assert len(rows) == 2
     assert f"{result.metrics['full']['accuracy']:.4g}" in rows[0]
     assert f"{result.metrics['int8']['accuracy']:.4g}" in rows[1]
+    ratio = result.metrics["full"]["linear_layers_bytes"] / result.metrics["int8"]["linear_layers_bytes"]
+    assert f"({ratio:.2f}x smaller)" in rows[1]
 
 
 def test_drop_warnings_accuracy_absolute_perplexity_relative():
