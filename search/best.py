@@ -14,6 +14,10 @@ CHECKPOINT_SCORE = "finesweep_checkpoint_score"
 # and cannot reorder values that differ by more than about a millionth at a million steps.
 TIE_BREAK_PER_STEP = 1e-12
 
+# The result key under which Ray Train's TuneReportCallback passes a data-parallel trial's checkpoint path to Tune
+# (ray.tune.integration.ray_train.CHECKPOINT_PATH_KEY).
+TRAIN_CHECKPOINT_PATH = "checkpoint_path"
+
 SAMPLED_KEYS = ("model", "precision", "method", "learning_rate", "effective_batch_size",
                 "warmup_ratio", "weight_decay", "lora_r", "lora_alpha")
 
@@ -58,7 +62,7 @@ def pick_best(results, metric: str, mode: str) -> Best | None:
     ties go to the earlier step. None when no trial reported a finite value."""
     candidates = []
     for result in results:
-        for checkpoint, metrics in result.best_checkpoints or []:
+        for checkpoint, metrics in kept_checkpoints(result):
             value = metrics.get(metric)
             if isinstance(value, (int, float)) and math.isfinite(value):
                 rank = -value if mode == "max" else value
@@ -69,3 +73,19 @@ def pick_best(results, metric: str, mode: str) -> Best | None:
     params = {k: v for k, v in result.config.items() if k in SAMPLED_KEYS}
     return Best(trial_id=metrics.get("trial_id", ""), step=int(step), metric=metric, value=float(metrics[metric]),
                 params=params, checkpoint_dir=Path(checkpoint.path), mlflow_run_id=metrics.get("mlflow_run_id"))
+
+
+def kept_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
+    """A trial's kept checkpoints with the metrics of their evaluation. Tune keeps a single-process trial's. A
+    data-parallel trial's are kept by Ray Train in the trial's own run folder (Tune gets only each one's path, as
+    `checkpoint_path`): they are read from there, ranked the same way (search/distributed.py)."""
+    if result.best_checkpoints:
+        return result.best_checkpoints
+    metrics = getattr(result, "metrics", None) or {}
+    if not metrics.get(TRAIN_CHECKPOINT_PATH):
+        return []
+    from ray.train import Result
+
+    run = Result.from_path(str(Path(metrics[TRAIN_CHECKPOINT_PATH]).parent))
+    trial = {"trial_id": metrics.get("trial_id", "")}  # Tune adds it to its results; Ray Train's have none
+    return [(checkpoint, {**trial, **kept}) for checkpoint, kept in run.best_checkpoints or []]
