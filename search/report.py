@@ -63,8 +63,8 @@ class Console:
     def pareto(self, report: dict[str, Any]) -> None:
         """The speed/quality front (search.second_objective) and the trial the stated rule exports."""
         metric, speed, pick = report["metric"], report["second_metric"], report["pick"] or {}
-        table = Table("trial", "model", "precision", "lr", "eff. batch", f"best {metric}", "at step", "samples/s",
-                      "", title=f"Pareto front: best {metric} ({report['mode']}) against training samples/s (max)")
+        table = Table("trial", "model", "precision", "lr", "eff. batch", f"best {metric}", "at step", "tokens/s",
+                      "", title=f"Pareto front: best {metric} ({report['mode']}) against training tokens/s (max)")
         for p in (p for p in report["points"] if p["on_front"]):
             c = p["params"]
             table.add_row(p["trial_id"], str(c.get("model", "")), str(c.get("precision", "")),
@@ -76,7 +76,7 @@ class Console:
                        f"Rule {report['rule_text']}.")
         if pick:
             self.step(f"Pick: trial {pick['trial_id']} at step {pick['step']} ({metric} {_fmt(pick[metric])}, "
-                      f"{pick[speed]:.1f} samples/s)")
+                      f"{pick[speed]:.1f} tokens/s)")
 
     def export_table(self, result) -> None:
         table = Table("variant", "accuracy / perplexity", "loss", "size MB", "ms/sample", title=f"Test split ({result.folder})")
