@@ -203,7 +203,7 @@ def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layer
     embeddings stay as they are) and latency of the model saved in `folder`, loaded as a user would."""
     import torch
 
-    from finesweep.trainer.evaluate import evaluate, folder_size_bytes, layer_bytes, saved_tensor_bytes
+    from finesweep.trainer.evaluate import evaluate, folder_size_bytes, layer_bytes, saved_tensors
     from finesweep.trainer.models import load_checkpoint
 
     model = load_checkpoint(str(folder), task)
@@ -211,7 +211,7 @@ def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layer
         model.to("cuda")  # quantized ones load onto the GPU already; same device keeps the latencies comparable
     metrics = evaluate(model, test_split, collate, task)
     metrics["size_bytes"] = float(folder_size_bytes(folder))
-    metrics["linear_layers_bytes"] = float(layer_bytes(saved_tensor_bytes(folder), layers))
+    metrics["linear_layers_bytes"] = float(layer_bytes(saved_tensors(folder), layers))
     del model
     gc.collect()
     return metrics

@@ -225,7 +225,8 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
 def _search(session: Session, address: str | None, tune_experiment: str, resume: bool):
     from finesweep.search.pareto import pick_export
     from finesweep.search.trainable import TrialContext
-    from finesweep.search.tune import TrialEndRecorder, TuneSetup, make_tuner, restore_tuner, start_ray
+    from finesweep.search.tune import (TrialEndRecorder, TuneSetup, budget_end_state, make_tuner, restore_tuner,
+                                       start_ray)
     from finesweep.spaces.grid import fit_to_grid
 
     config, tracker = session.config, session.tracker
@@ -245,7 +246,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     recorder = TrialEndRecorder(tracker.uri, context, evaluations, session.console.trial_event(config.search.metric))
     setup = TuneSetup(context, session.folder.tune, tune_experiment, session.precisions, [recorder])
     results = (restore_tuner(config, setup) if resume else make_tuner(config, setup)).fit()
-    recorder.close_unfinished("stopped_by_time_budget")
+    recorder.close_unfinished(budget_end_state(config, results))
     from finesweep.search.plots import log_sweep_plots  # never raises: a plot failure must not fail the sweep
 
     log_sweep_plots(config, tracker, session.experiment_id, session.parent, session.precisions,

@@ -30,14 +30,16 @@ ERROR_TAG = "finesweep.error"
 RESUMED_TAG = "finesweep.resumed_from_step"
 SPOOL_ID_TAG = "finesweep.spool_id"  # on a run created by sync: its placeholder, so a second sync finds it
 MAX_PARAM_LENGTH = 500
+MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
 RETRY_ENV = "FINESWEEP_TRACKING_RETRY_S"
 
 # finesweep retries every call it makes (RetryPolicy); MLflow's HTTP client would retry each attempt again
 # (7 times with backoff 2 by default, about 4 minutes), so the two would multiply into many minutes per call
-# while the server is down. One layer retries; a hung server costs one timeout per attempt, not two minutes.
+# while the server is down. One layer retries. The timeout stays MLflow's (120 s): the same client uploads the
+# exported models to the registry, and a team server writing a large upload to its artifact store may take long.
 # MLflow's client also prints a run's URL after every set_terminated, fetching the run for it: one more request per
 # call, and a wall of links from `finesweep sync`. Set only where unset: a user's own settings win.
-MLFLOW_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+MLFLOW_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "120",
                         "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 
 
@@ -217,6 +219,12 @@ class Tracker:
         items = [[k, float(v), now, int(step)] for k, v in metrics.items() if _is_number(v)]
         if items:
             self._write("log_batch", {"run_id": run_id, "metrics": items})
+
+    def log_metric_rows(self, run_id: str, rows: list[tuple[int, dict[str, float], int]]) -> None:
+        """Several steps' metrics, as (step, metrics, timestamp in ms), in as few calls as MLflow allows."""
+        items = [[k, float(v), int(ms), int(step)] for step, metrics, ms in rows for k, v in metrics.items() if _is_number(v)]
+        for start in range(0, len(items), MAX_METRICS_PER_BATCH):
+            self._write("log_batch", {"run_id": run_id, "metrics": items[start:start + MAX_METRICS_PER_BATCH]})
 
     def set_tags(self, run_id: str, tags: dict[str, Any]) -> None:
         self._write("log_batch", {"run_id": run_id, "tags": [[k, str(v)[:5000]] for k, v in tags.items()]})

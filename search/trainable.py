@@ -11,7 +11,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from finesweep.search.best import CHECKPOINT_SCORE, checkpoint_score
 from finesweep.search.probe import combination_key
@@ -37,12 +37,22 @@ class TrialContext:
     spool_dir: str = ""
 
 
-def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, resume_from: str | None = None) -> TrialPlan:
-    """The trial's full recipe from Optuna's sample and the sweep's shared context."""
-    config = SweepConfig.model_validate(context.sweep)
+def local_batches(params: dict[str, Any], context: TrialContext) -> tuple[int, int]:
+    """(micro-batch, evaluation batch) the probe found for this process's device; 0 when none fits. The probe table
+    is per device kind today; each data-parallel rank looks up its own and the ranks agree on the minimum."""
     key = combination_key(params["model"], params["precision"], params["method"])
-    max_micro = context.micro_batches.get(key, 0)
+    micro = context.micro_batches.get(key, 0)
+    return micro, context.eval_batches.get(key) or micro
+
+
+def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, resume_from: str | None = None,
+               devices: int = 1, batches: tuple[int, int] | None = None) -> TrialPlan:
+    """The trial's full recipe from Optuna's sample and the sweep's shared context. A data-parallel rank passes the
+    world size as `devices` and the (micro, eval) batches all ranks agreed on; otherwise this device's are used."""
+    config = SweepConfig.model_validate(context.sweep)
+    max_micro, eval_batch = batches or local_batches(params, context)
     if max_micro < 1:
+        key = combination_key(params["model"], params["precision"], params["method"])
         raise MemoryError(f"{key}: the memory probe found no micro-batch that fits the budget")
     return TrialPlan(
         candidate=config.candidate(params["model"]).model_dump(),
@@ -55,8 +65,8 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
         learning_rate=float(params["learning_rate"]),
         weight_decay=float(params["weight_decay"]),
         warmup_ratio=float(params["warmup_ratio"]),
-        batch=plan_batches(int(params["effective_batch_size"]), max_micro),
-        eval_batch=context.eval_batches.get(key) or max_micro,
+        batch=plan_batches(int(params["effective_batch_size"]), max_micro, devices),
+        eval_batch=eval_batch,
         max_steps=config.search.max_steps,
         eval_every_steps=config.search.eval_every_steps,
         seed=config.seed,
@@ -72,32 +82,39 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
 class TuneMlflowSink:
     """Sends each evaluation to Tune (with its checkpoint) and to the trial's MLflow run."""
 
-    def __init__(self, tracker: Tracker, run_id: str, samples_per_step: int, objective: tuple[str, str],
-                 start_step: int = 0, logged_through: int = 0, trained_through: int = 0):
+    def __init__(self, tracker: Tracker, run_id: str, objective: tuple[str, str], logged_through: int = 0,
+                 trained_through: int = 0):
         self.tracker, self.run_id = tracker, run_id
         self.metric, self.mode = objective
-        self.samples_per_step = samples_per_step
-        self.start_step = start_step
         # A resumed trial redoes the steps between its last checkpoint and the crash; MLflow already has them:
         # the evaluations up to logged_through, and the training logs (written more often) up to trained_through.
         self.logged_through, self.trained_through = logged_through, trained_through
-        self.started = time.perf_counter()
+        # Training logs (loss, learning rate: several per evaluation) wait and go with the next evaluation in one
+        # call: one synchronous write per evaluation instead of one per log line (benchmarks/README.md).
+        self.pending: list[tuple[int, dict[str, float], int]] = []
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
         if step > self.trained_through:
-            self.tracker.log_metrics(self.run_id, metrics, step)
+            self.pending.append((step, metrics, int(time.time() * 1000)))
 
     def on_evaluation(self, step: int, metrics: dict[str, float], checkpoint_dir: Path) -> None:
+        if step > self.logged_through:
+            self.pending.append((step, metrics, int(time.time() * 1000)))
+        self.flush()
+        score = checkpoint_score(float(metrics.get(self.metric, math.nan)), step, self.mode)
+        self.report({**metrics, "step": step, "mlflow_run_id": self.run_id, CHECKPOINT_SCORE: score}, checkpoint_dir)
+
+    def flush(self) -> None:
+        """Send what waits (also at the end of a trial: the losses after its last evaluation, a diverged one's)."""
+        if self.pending:
+            rows, self.pending = self.pending, []
+            self.tracker.log_metric_rows(self.run_id, rows)
+
+    def report(self, result: dict[str, Any], checkpoint_dir: Path) -> None:
+        """To Tune, with the checkpoint (Tune copies it into the sweep's storage and ranks it)."""
         from ray import tune
 
-        elapsed = time.perf_counter() - self.started
-        samples = (step - self.start_step) * self.samples_per_step
-        metrics = {**metrics, "train_samples_per_second_so_far": samples / max(elapsed, 1e-9)}
-        if step > self.logged_through:
-            self.tracker.log_metrics(self.run_id, metrics, step)
-        score = checkpoint_score(float(metrics.get(self.metric, math.nan)), step, self.mode)
-        tune.report({**metrics, "step": step, "mlflow_run_id": self.run_id, CHECKPOINT_SCORE: score},
-                    checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)))
+        tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)))
 
 
 def run_trial(params: dict[str, Any], context: TrialContext) -> None:
@@ -111,11 +128,20 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
     run_id = tracker.trial_run(context.experiment_id, context.parent_run_id, trial.get_trial_id()) or tracker.start_run(
         context.experiment_id, trial.get_trial_name(), {TRIAL_TAG: trial.get_trial_id()}, context.parent_run_id)
     try:
-        output_dir = Path(trial.get_trial_dir()) / "hf"
-        plan = build_plan(params, context, str(output_dir), _restored_checkpoint(output_dir))
-        tracker.log_params(run_id, plan.params())
-        search = SweepConfig.model_validate(context.sweep).search
-        train(plan, _sink_for(plan, tracker, run_id, (search.metric, search.mode)))
+        config = SweepConfig.model_validate(context.sweep)
+        if config.resources.workers_per_trial > 1:
+            from finesweep.search.distributed import run_data_parallel
+
+            run_data_parallel(params, context, run_id)  # this process only drives the Ray Train workers
+        else:
+            output_dir = Path(trial.get_trial_dir()) / "hf"
+            plan = build_plan(params, context, str(output_dir), _restored_checkpoint(output_dir))
+            tracker.log_params(run_id, plan.params())
+            sink = _sink_for(plan, tracker, run_id, (config.search.metric, config.search.mode))
+            try:
+                train(plan, sink)
+            finally:
+                sink.flush()
     except Exception as error:
         state = final_failure(error)
         _record_end(tracker, run_id, state or "failed", f"{type(error).__name__}: {error}")
@@ -127,35 +153,41 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
 
 def final_failure(error: BaseException) -> str | None:
     """The end state of a failure that retrying cannot cure, or None for one that a retry might."""
-    from finesweep.trainer.trial import DivergedError
+    from finesweep.trainer.trial import BatchSplitError, DivergedError
 
     if isinstance(error, DivergedError):
         return "diverged"
+    if isinstance(error, BatchSplitError):
+        return "batch_not_divisible"
     if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or "out of memory" in str(error).lower():
         return "out_of_memory"
     return None
 
 
-def _sink_for(plan: TrialPlan, tracker: Tracker, run_id: str, objective: tuple[str, str]) -> TuneMlflowSink:
+def _sink_for(plan: TrialPlan, tracker: Tracker, run_id: str, objective: tuple[str, str],
+              sink_class: Callable[..., TuneMlflowSink] = TuneMlflowSink) -> TuneMlflowSink:
     """A fresh trial's sink, or a resumed one's: it continues the same MLflow run without repeating steps."""
     if plan.resume_from is None:
-        return TuneMlflowSink(tracker, run_id, plan.batch.effective, objective)
+        return sink_class(tracker, run_id, objective)
     state = json.loads((Path(plan.resume_from) / "trainer_state.json").read_text())
     start = int(state["global_step"])
     logged = tracker.last_step(run_id, "eval_loss")  # the server's and the spool's: nothing is logged twice
     trained = tracker.last_step(run_id, "loss")  # training logs come every few steps, past the last evaluation
     tracker.set_tags(run_id, {RESUMED_TAG: start})
-    return TuneMlflowSink(tracker, run_id, plan.batch.effective, objective, start_step=start, logged_through=logged,
-                          trained_through=trained)
+    return sink_class(tracker, run_id, objective, logged_through=logged, trained_through=trained)
 
 
 def _restored_checkpoint(output_dir: Path) -> str | None:
     """The trial's last reported checkpoint when Tune restarts it (worker lost, sweep resumed), copied locally."""
-    import shutil
-
     from ray import tune
 
-    checkpoint = tune.get_checkpoint()
+    return copy_checkpoint(tune.get_checkpoint(), output_dir)
+
+
+def copy_checkpoint(checkpoint, output_dir: Path) -> str | None:
+    """A restored Ray checkpoint copied next to the trial's output, where the Trainer resumes from it; None for none."""
+    import shutil
+
     if checkpoint is None:
         return None
     local = output_dir / "resumed-checkpoint"

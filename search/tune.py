@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from optuna.samplers import GridSampler
-from ray.tune import Callback
+from ray.tune import Callback, Stopper
 
 from finesweep.search.best import CHECKPOINT_SCORE
 from finesweep.search.pareto import search_objectives
@@ -143,11 +144,17 @@ def _tune_environment() -> None:
 
 
 def make_trainable(config: SweepConfig, context: TrialContext):
-    """run_trial with the sweep's shared context and per-trial resources attached."""
+    """run_trial with the sweep's shared context and per-trial resources attached (a data-parallel trial's workers
+    reserve theirs through Ray Train; the trial itself then only drives them: see search/distributed.py)."""
     from ray import tune
 
-    return tune.with_resources(tune.with_parameters(run_trial, context=context),
-                               {"cpu": config.resources.cpus_per_trial, "gpu": config.resources.gpus_per_trial})
+    trainable = tune.with_parameters(run_trial, context=context)
+    resources = {"cpu": config.resources.cpus_per_trial, "gpu": config.resources.gpus_per_trial}
+    if config.resources.workers_per_trial > 1:
+        from finesweep.search.distributed import DRIVER_RESOURCES, data_parallel_trainable
+
+        trainable, resources = data_parallel_trainable(trainable), DRIVER_RESOURCES
+    return tune.with_resources(trainable, resources)
 
 
 def restore_tuner(config: SweepConfig, setup: TuneSetup):
@@ -182,8 +189,10 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         search_alg=make_searcher(config, setup.precisions), scheduler=make_scheduler(config),
         num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials,
         time_budget_s=config.search.time_budget_minutes * 60 if config.search.time_budget_minutes else None,
-        # A reused worker has transformers imported already: about 9 s saved per trial on a CPU machine.
-        reuse_actors=True, trial_name_creator=trial_name, trial_dirname_creator=trial_name,
+        # A reused worker has transformers imported already: about 9 s saved per trial on a CPU machine. A data-parallel
+        # trial's driver cannot be reused: Tune stops it (ASHA) while it still waits on its Ray Train run.
+        reuse_actors=config.resources.workers_per_trial == 1, trial_name_creator=trial_name,
+        trial_dirname_creator=trial_name,
     )
     run_config = tune.RunConfig(
         name=setup.experiment_name, storage_path=str(setup.storage.resolve()),
@@ -192,8 +201,61 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         # at most; diverged and out-of-memory trials end themselves, recorded and not retried (see run_trial).
         failure_config=tune.FailureConfig(max_failures=2),
         callbacks=setup.callbacks, verbose=0,
+        # Tune's own time_budget_s is a Stopper too; both end the experiment the same way, whichever fires first.
+        stop=StepBudgetStopper(config.search.step_budget, setup.storage.resolve() / setup.experiment_name / STEP_LEDGER)
+        if config.search.step_budget else None,
     )
     return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
+
+
+STEP_LEDGER = "step_budget.json"
+
+
+class StepBudgetStopper(Stopper):
+    """Ends the whole search once the trials' training steps add up to `budget` (search.step_budget).
+
+    Each result carries the trial's global `step`; a trial's spend is the largest step it reported (a trial restarted
+    from a checkpoint re-reports steps it had already counted). `stop_all` then stops every running trial as Tune's
+    time_budget_s does: no completion event, the evaluations so far count. Results come only at evaluations and a
+    trial waits in `tune.report` until the controller lets it go on, so the spend passes the budget by less than one
+    evaluation interval per running trial.
+
+    Tune pickles the stopper once, when the Tuner is created, and a resumed sweep gets that copy back: the spend is
+    also kept in `ledger` (in the experiment folder) and read back when unpickled, so a resume does not start the
+    budget again."""
+
+    def __init__(self, budget: int, ledger: Path):
+        self.budget, self.ledger = budget, Path(ledger)
+        self.steps: dict[str, int] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.ledger.is_file():
+            self.steps = {**self.steps, **json.loads(self.ledger.read_text())}
+
+    @property
+    def spent(self) -> int:
+        return sum(self.steps.values())
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        step = result.get("step")
+        if isinstance(step, (int, float)) and step > self.steps.get(trial_id, 0):
+            self.steps[trial_id] = int(step)
+            self.ledger.parent.mkdir(parents=True, exist_ok=True)
+            partial = self.ledger.with_suffix(".partial")
+            partial.write_text(json.dumps(self.steps))
+            partial.replace(self.ledger)  # a crash mid-write leaves the previous ledger whole
+        return False  # single trials are ASHA's to stop; the budget ends them all at once
+
+    def stop_all(self) -> bool:
+        return self.spent >= self.budget
+
+
+def budget_end_state(config: SweepConfig, results) -> str:
+    """The end state of the trials the search stopped without a completion event: which budget ended it."""
+    budget = config.search.step_budget
+    spent = sum(int(r.metrics.get("step") or 0) for r in results if r.metrics)
+    return "stopped_by_step_budget" if budget and spent >= budget else "stopped_by_time_budget"
 
 
 class TrialEndRecorder(Callback):

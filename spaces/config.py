@@ -97,7 +97,8 @@ class DataConfig(_Section):
                 f"pre-split input needs both validation_path and test_path, but got validation_path={self.validation_path!r}, "
                 f"test_path={self.test_path!r}; set both (path is the train file), or neither to let finesweep split path"
             )
-        if self.validation_path is not None and "splits" in self.model_fields_set:
+        # Compared with the default, not model_fields_set: a dumped config (resume, each trial) sets every field.
+        if self.validation_path is not None and self.splits != SplitSizes():
             raise ValueError("splits cannot be set with pre-split input (validation_path, test_path): the files are the splits; remove splits")
         return self
 
@@ -207,8 +208,33 @@ class SearchConfig(_Section):
     eval_every_steps: int = Field(50, ge=1, description="Optimizer steps between evaluations (each one reported to ASHA and MLflow).")
     max_steps: int = Field(200, ge=1, description="Optimizer steps per trial at most.")
     time_budget_minutes: float | None = Field(None, gt=0, description="Wall-clock budget of the trials; when it ends, running trials stop, their evaluations so far count, and the export goes on.")
+    step_budget: int | None = Field(None, ge=1, description="Training steps of all trials together; when they are spent, running trials stop, their evaluations so far count, and the export goes on.")
     keep_checkpoints: int = Field(2, ge=1, description="Best checkpoints each trial keeps on disk.")
     initial_points: list[dict[str, Any]] = Field(default_factory=list, description="Configurations tried first (e.g. your current recipe), so the search starts from them; unlisted dimensions are sampled.")
+    second_objective: Literal["none", "throughput"] = Field("none", description="A second objective Optuna samples for (multi-objective): throughput = the trial's training samples per second (train_samples_per_second_so_far, maximised); the Pareto front is reported. ASHA still stops on the metric alone.")
+    pick: Literal["best_metric", "fastest_within"] = Field("best_metric", description="Which trial's best checkpoint is exported: the best metric's, or the fastest trial whose best metric is within pick_tolerance of the best (needs second_objective).")
+    pick_tolerance: float = Field(0.01, ge=0, description="pick: fastest_within: how far (absolute, in the metric's units, inclusive) a trial's best metric may fall short of the best.")
+
+    @model_validator(mode="after")
+    def _pick_rule_fits(self) -> "SearchConfig":
+        if self.pick == "fastest_within" and self.second_objective == "none":
+            raise ValueError(
+                "pick: fastest_within needs a speed to compare, but second_objective is none; "
+                "set second_objective: throughput (the search then trades the metric against speed and reports the "
+                "Pareto front), or use pick: best_metric"
+            )
+        # Compared with the default, not model_fields_set: a dumped config (resume, each trial) sets every field.
+        if self.pick_tolerance != type(self).model_fields["pick_tolerance"].default and self.pick != "fastest_within":
+            raise ValueError(
+                f"pick_tolerance applies only to pick: fastest_within, but got pick_tolerance="
+                f"{self.pick_tolerance:g} with pick: {self.pick}; set pick: fastest_within, or remove pick_tolerance"
+            )
+        if self.second_objective == "throughput" and self.metric == "train_samples_per_second_so_far":
+            raise ValueError(
+                "second_objective: throughput maximises train_samples_per_second_so_far, which is already the "
+                "metric; choose a quality metric as metric (e.g. eval_loss, eval_accuracy)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _grid_has_no_initial_points(self) -> "SearchConfig":
@@ -235,9 +261,23 @@ class ResourcesConfig(_Section):
 
     cpus_per_trial: float = Field(2, gt=0, description="CPU cores reserved for one trial.")
     gpus_per_trial: float = Field(0, ge=0, description="GPUs for one trial (fractions share a GPU).")
+    workers_per_trial: int = Field(1, ge=1, description="Data-parallel world size of each trial: above 1, that many Ray Train workers (torch.distributed), each with cpus_per_trial and gpus_per_trial (0 or 1); effective batch = micro x accumulation x workers.")
     memory_budget: str = Field("6GiB", pattern=r"^\s*\d+(\.\d+)?\s*([KMGT]i?B|B)?\s*$", description="CPU: memory the concurrently running trials may use together (e.g. 6GiB); each trial's probe gets an equal share.")
     max_micro_batch: int | None = Field(None, ge=1, description="Largest micro-batch the probe tries; unset = the largest effective batch.")
     micro_batch: Literal["fastest", "largest"] = Field("fastest", description="Micro-batch trials use: the probe's fastest (samples/s) fitting one, or the largest that fits.")
+
+    @model_validator(mode="after")
+    def _one_gpu_per_rank(self) -> "ResourcesConfig":
+        # A rank trains on one device: NCCL refuses two ranks on one GPU (their process group fails to start), and a
+        # second GPU of a rank would sit idle.
+        if self.workers_per_trial > 1 and self.gpus_per_trial not in (0, 1):
+            raise ValueError(
+                f"gpus_per_trial must be 0 or 1 when workers_per_trial > 1 (each data-parallel rank trains on one "
+                f"device of its own), but got gpus_per_trial={self.gpus_per_trial:g} with workers_per_trial="
+                f"{self.workers_per_trial}; set gpus_per_trial: 1 and workers_per_trial to the GPUs a trial should "
+                "use, or workers_per_trial: 1 to share a GPU between trials"
+            )
+        return self
 
 
 class TrackingConfig(_Section):

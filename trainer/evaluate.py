@@ -59,10 +59,10 @@ def folder_size_bytes(folder: Path) -> int:
     return sum(path.stat().st_size for path in Path(folder).glob("*.safetensors"))
 
 
-def saved_tensor_bytes(folder: Path) -> dict[str, int]:
-    """Bytes on disk of every tensor in `folder`'s *.safetensors, from the file headers (no weights are loaded):
-    a quantized layer's weight and its quantization state (scales, absmax, quant_map) alike."""
-    sizes = {}
+def saved_tensors(folder: Path) -> dict[str, tuple[str, int]]:
+    """(dtype, bytes on disk) of every tensor in `folder`'s *.safetensors, from the file headers (no weights are
+    loaded): a quantized layer's weight and its quantization state (scales, absmax, quant_map) alike."""
+    tensors = {}
     for path in sorted(Path(folder).glob("*.safetensors")):
         with path.open("rb") as handle:
             (length,) = struct.unpack("<Q", handle.read(8))
@@ -70,14 +70,14 @@ def saved_tensor_bytes(folder: Path) -> dict[str, int]:
         for key, entry in header.items():
             if key != "__metadata__":
                 start, end = entry["data_offsets"]
-                sizes[key] = end - start
-    return sizes
+                tensors[key] = (entry["dtype"], end - start)
+    return tensors
 
 
-def layer_bytes(sizes: dict[str, int], layers: list[str]) -> int:
-    """Bytes saved for the named modules: every tensor under `<layer>.`."""
+def layer_bytes(tensors: dict[str, tuple[str, int]], layers: list[str]) -> int:
+    """Bytes saved for the named modules (`tensors` as saved_tensors gives them): every tensor under `<layer>.`."""
     prefixes = tuple(f"{layer}." for layer in layers)
-    return sum(size for key, size in sizes.items() if key.startswith(prefixes))
+    return sum(size for key, (_, size) in tensors.items() if key.startswith(prefixes))
 
 
 def _model_device(model: Any) -> "torch.device":

@@ -42,10 +42,16 @@ class BatchPlan:
     devices: int = 1
 
 
+class BatchSplitError(ValueError):
+    """The effective batch is not a multiple of the devices' count: no exact split exists."""
+
+
 def plan_batches(effective: int, max_micro: int, devices: int = 1) -> BatchPlan:
     """The largest micro-batch <= max_micro that makes `effective` exactly (never a silently different batch)."""
     if effective % devices:
-        raise ValueError(f"effective batch {effective} cannot be split evenly over {devices} devices")
+        raise BatchSplitError(
+            f"effective batch {effective} cannot be split evenly over {devices} devices "
+            f"(resources.workers_per_trial: {devices}); list only multiples of {devices} in space.effective_batch_size")
     per_device = effective // devices
     micro = max(d for d in range(1, min(per_device, max_micro) + 1) if per_device % d == 0)
     return BatchPlan(effective=effective, micro=micro, accumulation=per_device // micro, devices=devices)
@@ -120,21 +126,25 @@ def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
 
 
 class _Throughput:
-    """Tokens per second and peak memory of the training so far, for every evaluation's report."""
+    """Samples and tokens per second and peak memory of the training so far (from the first step of this run of
+    the trial, so neither model loading nor imports count), for every evaluation's report."""
 
     def __init__(self):
         from finesweep.trainer.probe_step import device_gauge
 
         self.gauge = device_gauge()
-        self.started, self.tokens_at_start = 0.0, 0
+        self.started, self.step_at_start, self.tokens_at_start = 0.0, 0, 0
 
-    def start(self, tokens_seen: int) -> None:
+    def start(self, state) -> None:
         self.gauge.reset()  # a reused worker process: its peak so far belongs to the trial before
-        self.started, self.tokens_at_start = time.perf_counter(), int(tokens_seen)
+        self.started = time.perf_counter()
+        self.step_at_start, self.tokens_at_start = state.global_step, int(state.num_input_tokens_seen)
 
-    def so_far(self, tokens_seen: int) -> dict[str, float]:
+    def so_far(self, state, args) -> dict[str, float]:
         elapsed = max(time.perf_counter() - self.started, 1e-9)
-        return {"train_tokens_per_second_so_far": (int(tokens_seen) - self.tokens_at_start) / elapsed,
+        samples = (state.global_step - self.step_at_start) * args.train_batch_size * args.gradient_accumulation_steps * args.world_size
+        return {"train_samples_per_second_so_far": samples / elapsed,
+                "train_tokens_per_second_so_far": (int(state.num_input_tokens_seen) - self.tokens_at_start) / elapsed,
                 "peak_memory_mib": self.gauge.peak() / 2**20}
 
 
@@ -212,7 +222,7 @@ def _sink_callback(sink: EvaluationSink, task: Task, loss_limit: float):
             self.throughput = _Throughput()
 
         def on_train_begin(self, args, state, control, **kwargs):
-            self.throughput.start(state.num_input_tokens_seen)  # after a resume: counted from the checkpoint on
+            self.throughput.start(state)  # after a resume: counted from the checkpoint on
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             logs = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, (int, float))}
@@ -232,7 +242,7 @@ def _sink_callback(sink: EvaluationSink, task: Task, loss_limit: float):
             if self.last_eval is None:
                 return
             checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            sink.on_evaluation(state.global_step, {**self.last_eval, **self.throughput.so_far(state.num_input_tokens_seen)},
+            sink.on_evaluation(state.global_step, {**self.last_eval, **self.throughput.so_far(state, args)},
                                checkpoint)
             self.last_eval = None
 

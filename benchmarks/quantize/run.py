@@ -22,7 +22,6 @@ import os
 import platform
 import shutil
 import statistics
-import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,20 +195,6 @@ def make_variant(name: str, full_dir: Path, out: Path, task: Any) -> Path:
     return quantize(full_dir, Quantization(name), out, task)
 
 
-def safetensors_tensors(folder: Path) -> dict[str, tuple[str, int]]:
-    """Every saved tensor of `folder`: key -> (dtype, bytes), from the safetensors headers (what is on disk)."""
-    tensors = {}
-    for path in sorted(folder.glob("*.safetensors")):
-        with path.open("rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8))
-            header = json.loads(handle.read(length))
-        for key, entry in header.items():
-            if key != "__metadata__":
-                start, end = entry["data_offsets"]
-                tensors[key] = (entry["dtype"], end - start)
-    return tensors
-
-
 def layer_tensors(tensors: dict[str, tuple[str, int]], layer: str) -> dict[str, tuple[str, int]]:
     """The layer's own saved tensors: weight, bias and whatever quantization state is saved under its name."""
     return {key: value for key, value in tensors.items() if key.startswith(layer + ".")}
@@ -221,7 +206,9 @@ def linear_bytes(folder: Path, full_dir: Path, layers: list[str]) -> dict[str, A
     A layer counts as quantized when what is saved for it differs from the full model's: other keys (int8's SCB,
     NF4's absmax and quant_state) or a weight that is not a float.
     """
-    saved, full = safetensors_tensors(folder), safetensors_tensors(full_dir)
+    from finesweep.trainer.evaluate import saved_tensors
+
+    saved, full = saved_tensors(folder), saved_tensors(full_dir)
     total = full_total = quantized_bytes = quantized_full = 0
     quantized = []
     for layer in layers:

@@ -171,3 +171,12 @@ def test_pre_split_paths_are_resolved_like_data_path(tmp_path):
     config = load(write(tmp_path, "name: s\ndata: {path: tr.csv, validation_path: va.csv, test_path: sub/te.csv}\nmodels: [{name: m, path: model}]\n"))
     assert Path(config.data.validation_path) == tmp_path / "va.csv"
     assert Path(config.data.test_path) == tmp_path / "sub" / "te.csv"
+
+
+def test_a_pre_split_config_survives_its_own_dump(tmp_path):
+    """Trials and resume re-validate the dumped config, where every field is set: it must load again."""
+    config = load(write(tmp_path, "name: s\ndata: {path: tr.csv, validation_path: va.csv, test_path: te.csv}\nmodels: [{name: m, path: model}]\n"))
+    assert SweepConfig.model_validate(config.model_dump(mode="json")) == config
+    with pytest.raises(SweepFileError, match="splits cannot be set with pre-split input"):
+        load(write(tmp_path, "name: s\ndata: {path: tr.csv, validation_path: va.csv, test_path: te.csv, splits: {train: 0.5}}\n"
+                             "models: [{name: m, path: model}]\n"))

@@ -110,7 +110,7 @@ def test_pre_split_files_are_used_as_they_are_and_leaks_leave_train(tmp_path):
 
 @pytest.mark.parametrize(("fields", "pattern"), [
     ({"validation_path": "v.csv"}, r"needs both validation_path and test_path"),
-    ({"validation_path": "v.csv", "test_path": "t.csv", "splits": {"train": 0.8, "validation": 0.1, "test": 0.1}},
+    ({"validation_path": "v.csv", "test_path": "t.csv", "splits": {"train": 0.7, "validation": 0.15, "test": 0.15}},
      r"splits cannot be set with pre-split input"),
 ])
 def test_pre_split_schema_is_validated(fields, pattern):
