@@ -55,3 +55,21 @@ def usable_precisions(requested: list[str], device: Device) -> list[str]:
     if not usable:
         raise ValueError(f"space.precision: none of {requested} can train on {device.name}; add fp32")
     return usable
+
+
+def check_deepspeed(stage: int, device: Device) -> None:
+    """resources.deepspeed_stage needs CUDA and the deepspeed package: said before any trial runs."""
+    import importlib.util
+
+    from finesweep.spaces import SweepFileError
+
+    if not stage:
+        return
+    missing = [need for need, ok in (("a CUDA device", device.kind == "cuda"),
+                                     ("the deepspeed package (pip install deepspeed)",
+                                      importlib.util.find_spec("deepspeed") is not None)) if not ok]
+    if missing:
+        raise SweepFileError(
+            f"resources.deepspeed_stage: ZeRO stage {stage} needs {' and '.join(missing)}, but this machine "
+            f"({device.name}) has not. Install what is missing, run the sweep where it is, or set "
+            "resources.deepspeed_stage: 0.")

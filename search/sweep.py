@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from finesweep.search.device import Device, resolve_device, usable_precisions
+from finesweep.search.device import Device, check_deepspeed, resolve_device, usable_precisions
 from finesweep.search.report import Console
 from finesweep.search.spool import SPOOL_FOLDER
 from finesweep.search.tracking import Tracker, default_tracking_uri
@@ -130,8 +130,9 @@ def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, co
     from finesweep.search.export import check_backends
 
     check_backends(config)
-    folder.root.mkdir(parents=True, exist_ok=True)
     device = resolve_device()
+    check_deepspeed(config.resources.deepspeed_stage, device)
+    folder.root.mkdir(parents=True, exist_ok=True)
     precisions = usable_precisions([p.value for p in config.space.precision], device)
     console.header(config, device, folder.root)
     data = prepare_data(config, folder, console)

@@ -76,6 +76,7 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
         lora_r=params.get("lora_r"),
         lora_alpha=params.get("lora_alpha"),
         lora_dropout=config.space.lora_dropout,
+        deepspeed_stage=config.resources.deepspeed_stage,
     )
 
 

@@ -262,6 +262,7 @@ class ResourcesConfig(_Section):
     cpus_per_trial: float = Field(2, gt=0, description="CPU cores reserved for one trial.")
     gpus_per_trial: float = Field(0, ge=0, description="GPUs for one trial (fractions share a GPU).")
     workers_per_trial: int = Field(1, ge=1, description="Data-parallel world size of each trial: above 1, that many Ray Train workers (torch.distributed), each with cpus_per_trial and gpus_per_trial (0 or 1); effective batch = micro x accumulation x workers.")
+    deepspeed_stage: Literal[0, 2, 3] = Field(0, description="DeepSpeed ZeRO stage of every trial (2: optimizer state and gradients partitioned over the ranks, 3: parameters too); 0 = off. Needs CUDA and the deepspeed package.")
     memory_budget: str = Field("6GiB", pattern=r"^\s*\d+(\.\d+)?\s*([KMGT]i?B|B)?\s*$", description="CPU: memory the concurrently running trials may use together (e.g. 6GiB); each trial's probe gets an equal share.")
     max_micro_batch: int | None = Field(None, ge=1, description="Largest micro-batch the probe tries; unset = the largest effective batch.")
     micro_batch: Literal["fastest", "largest"] = Field("fastest", description="Micro-batch trials use: the probe's fastest (samples/s) fitting one, or the largest that fits.")

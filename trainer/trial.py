@@ -82,6 +82,7 @@ class TrialPlan:
     lora_r: int | None = None
     lora_alpha: int | None = None
     lora_dropout: float = 0.05
+    deepspeed_stage: int = 0  # ZeRO stage through the Trainer's DeepSpeed integration; 0 = plain torch
 
     def params(self) -> dict[str, Any]:
         """The numbers worth logging once per trial."""
@@ -97,9 +98,33 @@ def train(plan: TrialPlan, sink: EvaluationSink) -> dict[str, float]:
     import torch
 
     torch.set_num_threads(max(1, plan.threads))
+    if plan.deepspeed_stage:
+        single_process_rendezvous()
     trainer = _build_trainer(plan, sink)
     trainer.train(resume_from_checkpoint=plan.resume_from)
     return trainer.state.log_history[-1] if trainer.state.log_history else {}
+
+
+def deepspeed_config(stage: int) -> dict[str, Any]:
+    """The ZeRO config handed to TrainingArguments(deepspeed=...); "auto" takes batch sizes, accumulation, precision
+    and clipping from the TrainingArguments, so the trial's plan stays the one source of those numbers."""
+    return {"zero_optimization": {"stage": stage}, "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
+            "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+            "fp16": {"enabled": "auto"}}
+
+
+def single_process_rendezvous() -> None:
+    """DeepSpeed always initialises torch.distributed; a single-process trial (no launcher, no Ray Train worker
+    group, which set these) is a world of one on this machine."""
+    import os
+    import socket
+
+    if "WORLD_SIZE" in os.environ:
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 
 
 def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
@@ -207,6 +232,7 @@ def _training_arguments(plan: TrialPlan):
         report_to="none",
         disable_tqdm=True,
         dataloader_num_workers=0,
+        deepspeed=deepspeed_config(plan.deepspeed_stage) if plan.deepspeed_stage else None,
     )
 
 

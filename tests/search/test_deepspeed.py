@@ -1,0 +1,74 @@
+"""DeepSpeed ZeRO as an optional trial setting (resources.deepspeed_stage).
+
+On this CPU machine: the config the Trainer gets, the single-process rendezvous, and the clear error when CUDA or
+deepspeed is missing. The real run needs a GPU and deepspeed: marked `gpu` (run with `-m gpu` on such a machine).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import tiny
+from tests.search.test_cli_end_to_end import SWEEP, finesweep
+
+
+def test_the_zero_config_leaves_batch_precision_and_clipping_to_the_trials_plan():
+    from finesweep.trainer.trial import deepspeed_config
+
+    config = deepspeed_config(3)
+    assert config["zero_optimization"] == {"stage": 3}
+    for key in ("train_micro_batch_size_per_gpu", "train_batch_size", "gradient_accumulation_steps", "gradient_clipping"):
+        assert config[key] == "auto"  # TrainingArguments fills them from the TrialPlan
+    assert config["bf16"] == {"enabled": "auto"} and config["fp16"] == {"enabled": "auto"}
+
+
+def test_a_single_process_trial_gets_a_world_of_one_and_a_launchers_world_is_kept():
+    script = ("import json, os\nfrom finesweep.trainer.trial import single_process_rendezvous\nsingle_process_rendezvous()\n"
+              "print(json.dumps({k: os.environ[k] for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')}))")
+    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    alone = json.loads(subprocess.run([sys.executable, "-c", script], env=clean, capture_output=True, text=True,
+                                      check=True).stdout)
+    assert alone["RANK"] == "0" and alone["WORLD_SIZE"] == "1" and alone["MASTER_ADDR"] == "127.0.0.1"
+    assert 0 < int(alone["MASTER_PORT"]) < 65536
+    launched = {**clean, "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29500"}
+    kept = json.loads(subprocess.run([sys.executable, "-c", script], env=launched, capture_output=True, text=True,
+                                     check=True).stdout)
+    assert kept == {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29500"}
+
+
+def test_zero_without_cuda_or_deepspeed_stops_before_anything_runs(tmp_path):
+    import torch
+
+    if torch.cuda.is_available() and importlib.util.find_spec("deepspeed") is not None:
+        pytest.fail("this test is for machines without CUDA or deepspeed; the gpu test below covers the real run")
+    (tmp_path / "sweep.yaml").write_text(SWEEP.replace("resources: {cpus_per_trial: 1,",
+                                                       "resources: {deepspeed_stage: 2, cpus_per_trial: 1,"))
+    done = finesweep("run", "sweep.yaml", cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "resources.deepspeed_stage: ZeRO stage 2 needs" in done.stderr and "deepspeed_stage: 0" in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.gpu
+def test_a_zero_2_sweep_trains_and_exports_on_a_gpu(tmp_path):
+    """On a CUDA machine with deepspeed: trials train through the Trainer's DeepSpeed integration and export."""
+    from mlflow import MlflowClient
+
+    tiny.build_tiny_classifier(tmp_path / "model")
+    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(300))
+    sweep = SWEEP.replace("num_trials: 6", "num_trials: 2").replace(
+        "resources: {cpus_per_trial: 1,", "resources: {deepspeed_stage: 2, gpus_per_trial: 1, cpus_per_trial: 1,")
+    (tmp_path / "sweep.yaml").write_text(sweep)
+    done = finesweep("run", "sweep.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    state = json.loads((tmp_path / "runs" / "tiny" / "sweep-state.json").read_text())
+    client = MlflowClient(state["tracking_uri"])
+    trials = client.search_runs([state["experiment_id"]], f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
+    assert trials and all(r.data.params.get("deepspeed_stage") == "2" for r in trials if r.data.params)
+    assert (tmp_path / "runs" / "tiny" / "export" / "model" / "model.safetensors").is_file()
