@@ -87,8 +87,9 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if config.search.algorithm == "tpe":
         # TPE samples at random for its first n_startup_trials (10 by default); a sweep of a handful of
-        # trials would never leave that phase, so a third of the budget is random and the rest is TPE.
-        startup = min(10, max(2, config.search.num_trials // 3))
+        # trials would never leave that phase, so a third of the budget is random and the rest is TPE. With a step
+        # budget, num_trials is only a ceiling: the trials the budget pays for (at full length) are the budget.
+        startup = min(10, max(2, planned_trials(config) // 3))
         sampler = optuna.samplers.TPESampler(seed=config.seed, multivariate=True, n_startup_trials=startup)
     elif config.search.algorithm == "grid":
         values = grid(config.space, config.model_names, precisions, config.search.grid_points)
@@ -102,6 +103,14 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
     metric, mode = search_objectives(config.search)
     return OptunaSearch(space=space, sampler=sampler, metric=metric, mode=mode,
                         points_to_evaluate=[dict(p) for p in config.search.initial_points] or None)
+
+
+def planned_trials(config: SweepConfig) -> int:
+    """How many trials the sweep expects to run: num_trials, or fewer when a step budget pays for fewer."""
+    search = config.search
+    if search.step_budget is None:
+        return search.num_trials
+    return max(1, min(search.num_trials, search.step_budget // search.max_steps))
 
 
 def make_scheduler(config: SweepConfig):

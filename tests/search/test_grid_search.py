@@ -49,3 +49,17 @@ def test_the_seed_fixes_the_order_so_a_partial_grid_is_reproducible():
         trials = [study.ask() for _ in range(5)]
         orders.append([(suggest(t, space, ["a"], ["fp32"]), dict(t.params))[1] for t in trials])
     assert orders[0] == orders[1] and len({_trained(p) for p in orders[0]}) == 5
+
+
+def test_tpe_starts_from_the_trials_a_step_budget_pays_for():
+    from finesweep.search.tune import planned_trials
+    from finesweep.spaces import SweepConfig
+
+    def config(**search):
+        return SweepConfig.model_validate({"name": "s", "data": {"path": "x.csv"}, "models": [{"name": "m", "path": "m"}],
+                                           "search": {"max_steps": 40, "eval_every_steps": 8, **search}})
+
+    assert planned_trials(config(num_trials=30)) == 30
+    assert planned_trials(config(num_trials=100, step_budget=240)) == 6  # six trials at full length
+    assert planned_trials(config(num_trials=4, step_budget=240)) == 4
+    assert planned_trials(config(num_trials=100, step_budget=10)) == 1
