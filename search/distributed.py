@@ -31,7 +31,7 @@ from ray.train.v2._internal.execution.callback import ControllerCallback
 
 from finesweep.search.best import CHECKPOINT_SCORE
 from finesweep.search.trainable import (TrialContext, TuneMlflowSink, _sink_for, build_plan, copy_checkpoint,
-                                        local_batches)
+                                        local_batches, scratch_dir)
 from finesweep.search.tracking import Tracker
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.config import ResourcesConfig
@@ -124,8 +124,7 @@ def _trainer(config: SweepConfig, params: dict[str, Any], context: TrialContext,
     resources = config.resources
     return TorchTrainer(
         run_rank,
-        train_loop_config={"params": params, "context": context, "run_id": run_id,
-                           "output_dir": str(Path(trial.get_trial_dir()) / "hf")},
+        train_loop_config={"params": params, "context": context, "run_id": run_id, "trial_id": trial.get_trial_id()},
         scaling_config=ScalingConfig(num_workers=resources.workers_per_trial, use_gpu=resources.gpus_per_trial > 0,
                                      resources_per_worker=worker_resources(resources)),
         run_config=RunConfig(
@@ -200,7 +199,7 @@ def run_rank(loop: dict[str, Any]) -> None:
     train_context = ray.train.get_context()
     rank, world = train_context.get_world_rank(), train_context.get_world_size()
     batches = agreed_minimum(local_batches(params, context), get_device())
-    output_dir = Path(f"{loop['output_dir']}-rank{rank}")  # each rank saves its own part of a checkpoint
+    output_dir = scratch_dir(f"{loop['trial_id']}-rank{rank}")  # each rank saves its own part of a checkpoint
     plan = build_plan(params, context, str(output_dir), _restored_checkpoint(output_dir), devices=world,
                       batches=batches)
     search = SweepConfig.model_validate(context.sweep).search

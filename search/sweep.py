@@ -100,13 +100,22 @@ def probe(config: SweepConfig, folder: SweepFolder, device: Device, precisions: 
     return results
 
 
-def start_parent_run(config: SweepConfig, folder: SweepFolder, tracker: Tracker) -> tuple[str, str]:
+def start_parent_run(config: SweepConfig, folder: SweepFolder, tracker: Tracker, device: Device) -> tuple[str, str]:
     experiment_id = tracker.experiment(config.tracking.experiment or config.name, folder.root / "mlartifacts")
     parent = tracker.start_run(experiment_id, f"sweep-{time.strftime('%Y%m%d-%H%M%S')}", {"finesweep.kind": "sweep"})
     tracker.log_params(parent, _flatten(config.model_dump(mode="json")))
     tracker.log_json(parent, config.model_dump(mode="json"), "sweep.json")
-    tracker.set_tags(parent, {"finesweep.python": platform.python_version(), **_library_versions(), **_git_tags(Path.cwd())})
+    tracker.set_tags(parent, {"finesweep.python": platform.python_version(), **_library_versions(), **_git_tags(Path.cwd()),
+                              "finesweep.device": f"{device.count} x {device.kind} ({device.name})"})
+    tracker.log_json(parent, _hardware(device), "hardware.json")
     return experiment_id, parent
+
+
+def _hardware(device: Device) -> dict[str, Any]:
+    """What the sweep ran on: the training device and the machine around it."""
+    import os
+
+    return {**asdict(device), "cpu_cores": os.cpu_count(), "machine": platform.machine(), "system": platform.platform()}
 
 
 @dataclass
@@ -120,6 +129,7 @@ class Session:
     precisions: list[str]
     tracker: Tracker
     console: Console
+    device: Device
     experiment_id: str = ""
     parent: str = ""
     started: float = field(default_factory=time.perf_counter)
@@ -139,7 +149,7 @@ def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, co
     probes = probe(config, folder, device, precisions, data, console)
     config = drop_unfit_models(config, probes, console)
     tracker = Tracker(tracking_uri or config.tracking.uri or default_tracking_uri(folder.root), folder.root / SPOOL_FOLDER)
-    return Session(config, folder, data, probes, precisions, tracker, console)
+    return Session(config, folder, data, probes, precisions, tracker, console, device)
 
 
 def drop_unfit_models(config: SweepConfig, probes: dict[str, Any], console: Console) -> SweepConfig:
@@ -166,7 +176,7 @@ def run(config: SweepConfig, *, address: str | None = None, tracking_uri: str | 
         console: Console | None = None) -> dict[str, Any]:
     """Run the whole sweep; returns the summary that is also written to <sweep>/summary.json."""
     session = _open(config, sweep_folder(config), tracking_uri, console or Console())
-    session.experiment_id, session.parent = start_parent_run(config, session.folder, session.tracker)
+    session.experiment_id, session.parent = start_parent_run(config, session.folder, session.tracker, session.device)
     for obj, name in ((session.data.prepared.report.to_dict(), "data_report.json"),
                       ({k: asdict(v) for k, v in session.probes.items()}, "probe.json"),
                       (session.data.lengths, "token_lengths.json")):

@@ -135,7 +135,7 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
 
             run_data_parallel(params, context, run_id)  # this process only drives the Ray Train workers
         else:
-            output_dir = Path(trial.get_trial_dir()) / "hf"
+            output_dir = scratch_dir(trial.get_trial_id())
             plan = build_plan(params, context, str(output_dir), _restored_checkpoint(output_dir))
             tracker.log_params(run_id, plan.params())
             sink = _sink_for(plan, tracker, run_id, (config.search.metric, config.search.mode))
@@ -183,6 +183,14 @@ def _restored_checkpoint(output_dir: Path) -> str | None:
     from ray import tune
 
     return copy_checkpoint(tune.get_checkpoint(), output_dir)
+
+
+def scratch_dir(name: str) -> Path:
+    """Where the Trainer writes its own checkpoints: under the process's working directory, which Tune and Ray Train
+    make a per-trial folder on the worker's node that is never uploaded. Not the trial dir: Tune uploads that with its
+    experiment state (every second here), and each upload copied every checkpoint the Trainer had at that moment
+    into the sweep folder (5 GB for the example). What the sweep keeps is what the trial reports (CheckpointConfig)."""
+    return Path.cwd() / f"finesweep-{name}"
 
 
 def copy_checkpoint(checkpoint, output_dir: Path) -> str | None:

@@ -106,7 +106,8 @@ def test_the_parent_run_has_the_project_commit_the_plots_and_the_data_story(fini
     assert parent.data.tags["mlflow.source.git.commit"] == head
     assert parent.data.tags["finesweep.version.transformers"] and parent.data.params["search.metric"] == "eval_accuracy"
     artifacts = {a.path for a in client.list_artifacts(state["parent_run_id"])}
-    assert {"data_report.json", "probe.json", "sweep.json", "plots", "export"} <= artifacts
+    assert {"data_report.json", "probe.json", "sweep.json", "hardware.json", "plots", "export"} <= artifacts
+    assert parent.data.tags["finesweep.device"].startswith("1 x cpu")
     plots = {a.path for a in client.list_artifacts(state["parent_run_id"], "plots")}
     assert {"plots/optimization_history.png", "plots/parallel_coordinate.png", "plots/param_importances.png",
             "plots/learning_curves.png"} <= plots
