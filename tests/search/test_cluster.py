@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from tests import tiny
-from tests.search.test_resume import _crash, _evaluations, _tags
+from tests.search.test_resume import _crash, _evaluations, _tags, one_model_sweep
 
 RAY = Path(sys.executable).with_name("ray")
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray's single-machine mode: every address is 127.0.0.1
@@ -176,27 +176,7 @@ def test_a_grid_sweep_joins_a_separately_started_ray_head_and_runs_each_grid_poi
 
 KILL_STEPS, KILL_EVERY = 240, 10
 
-KILL_SWEEP = f"""
-name: workerkill
-seed: 7
-output_root: runs
-data: {{path: data.csv, splits: {{train: 0.7, validation: 0.15, test: 0.15}}}}
-models: [{{name: tiny, path: model}}]
-space:
-  learning_rate: {{low: 3.0e-3, high: 3.0e-2, log: true}}
-  effective_batch_size: [8]
-  precision: [fp32]
-search:
-  algorithm: random
-  scheduler: none
-  num_trials: 1
-  metric: eval_accuracy
-  mode: max
-  eval_every_steps: {KILL_EVERY}
-  max_steps: {KILL_STEPS}
-resources: {{cpus_per_trial: 1, memory_budget: 4GiB}}
-export: {{quantization: [none]}}
-"""
+KILL_SWEEP = one_model_sweep("workerkill", 7, 1, KILL_EVERY, KILL_STEPS, quantization="none")
 
 
 def _kill_trial_worker(sweep: subprocess.Popen, sweep_dir: Path, timeout: float = 300) -> int:

@@ -11,6 +11,7 @@ import pytest
 
 from tests import tiny
 from tests.search.test_cli_end_to_end import finesweep
+from tests.search.test_resume import one_model_sweep
 
 
 def _free_port() -> int:
@@ -133,27 +134,8 @@ def test_a_sweep_of_two_worker_trials_logs_ranks_and_exports_like_a_single_proce
 
 KILL_EVERY, KILL_STEPS = 10, 200
 
-KILL_SWEEP = f"""
-name: rankkill
-seed: 7
-output_root: runs
-data: {{path: data.csv, splits: {{train: 0.7, validation: 0.15, test: 0.15}}}}
-models: [{{name: tiny, path: model}}]
-space:
-  learning_rate: {{low: 3.0e-3, high: 3.0e-2, log: true}}
-  effective_batch_size: [8]
-  precision: [fp32]
-search:
-  algorithm: random
-  scheduler: none
-  num_trials: 1
-  metric: eval_accuracy
-  mode: max
-  eval_every_steps: {KILL_EVERY}
-  max_steps: {KILL_STEPS}
-resources: {{cpus_per_trial: 1, workers_per_trial: 2, memory_budget: 4GiB}}
-export: {{quantization: [none]}}
-"""
+KILL_SWEEP = one_model_sweep("rankkill", 7, 1, KILL_EVERY, KILL_STEPS, quantization="none",
+                             resources="workers_per_trial: 2, ")
 
 
 @pytest.mark.slow  # about two minutes: a whole trial, a lost worker, and the trial again from its checkpoint

@@ -15,9 +15,13 @@ from tests.search.test_cli_end_to_end import finesweep
 
 TRIALS, MAX_STEPS, EVERY = 3, 60, 5
 
-SWEEP = f"""
-name: crashy
-seed: 5
+def one_model_sweep(name: str, seed: int, trials: int, every: int, steps: int, quantization: str = "int8",
+                    resources: str = "") -> str:
+    """A random search over the learning rate of one tiny model, no early stopping: trials whose steps a test can
+    count and interrupt (the controller, a worker or a rank killed mid-trial)."""
+    return f"""
+name: {name}
+seed: {seed}
 output_root: runs
 data: {{path: data.csv, splits: {{train: 0.7, validation: 0.15, test: 0.15}}}}
 models: [{{name: tiny, path: model}}]
@@ -28,14 +32,17 @@ space:
 search:
   algorithm: random
   scheduler: none
-  num_trials: {TRIALS}
+  num_trials: {trials}
   metric: eval_accuracy
   mode: max
-  eval_every_steps: {EVERY}
-  max_steps: {MAX_STEPS}
-resources: {{cpus_per_trial: 1, memory_budget: 4GiB}}
-export: {{quantization: [int8]}}
+  eval_every_steps: {every}
+  max_steps: {steps}
+resources: {{cpus_per_trial: 1, {resources}memory_budget: 4GiB}}
+export: {{quantization: [{quantization}]}}
 """
+
+
+SWEEP = one_model_sweep("crashy", 5, TRIALS, EVERY, MAX_STEPS)
 
 
 def _evaluations(sweep_dir: Path) -> dict[str, list[int]]:
