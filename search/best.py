@@ -13,6 +13,10 @@ CHECKPOINT_SCORE = "finesweep_checkpoint_score"
 # earlier step that pick_best prefers. A penalty this small per step (relative to the value) orders exact ties
 # and cannot reorder values that differ by more than about a millionth at a million steps.
 TIE_BREAK_PER_STEP = 1e-12
+# The trial's best value of the search metric over its evaluations so far, reported with each evaluation. The
+# searcher (Optuna is told a trial's last result) and ASHA judge a trial by it: a trial is worth its best
+# checkpoint, which is what the export picks from, not its last evaluation.
+BEST_SO_FAR = "finesweep_best_so_far"
 
 # The result key under which Ray Train's TuneReportCallback passes a data-parallel trial's checkpoint path to Tune
 # (ray.tune.integration.ray_train.CHECKPOINT_PATH_KEY).
@@ -55,6 +59,14 @@ def checkpoint_score(value: float, step: int, mode: str) -> float:
     """Higher is better whatever the mode; of two equal values the earlier step scores higher."""
     oriented = value if mode == "max" else -value
     return oriented - step * TIE_BREAK_PER_STEP * max(1.0, abs(value))
+
+
+def best_of(values: list[float], mode: str) -> float:
+    """The best finite value of `values` for the mode; NaN when none is finite."""
+    finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    if not finite:
+        return math.nan
+    return max(finite) if mode == "max" else min(finite)
 
 
 def pick_best(results, metric: str, mode: str) -> Best | None:

@@ -30,8 +30,8 @@ from ray.air.constants import TRAINING_ITERATION
 from ray.train.v2._internal.execution.callback import ControllerCallback
 
 from finesweep.search.best import CHECKPOINT_SCORE
-from finesweep.search.trainable import (TrialContext, TuneMlflowSink, _sink_for, build_plan, copy_checkpoint,
-                                        local_batches, scratch_dir)
+from finesweep.search.trainable import (TrialContext, TuneMlflowSink, build_plan, copy_checkpoint, local_batches,
+                                        scratch_dir, sink_for)
 from finesweep.search.tracking import Tracker
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.config import ResourcesConfig
@@ -206,7 +206,7 @@ def run_rank(loop: dict[str, Any]) -> None:
     if rank == 0:
         tracker = Tracker(context.tracking_uri, context.spool_dir or None)
         tracker.log_params(run_id, plan.params())
-        sink = _sink_for(plan, tracker, run_id, (search.metric, search.mode),
+        sink = sink_for(plan, tracker, run_id, (search.metric, search.mode),
                          functools.partial(RankZeroSink, eval_every_steps=plan.eval_every_steps))
     else:
         sink = PeerSink(plan.eval_every_steps)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from finesweep.search.best import Best, pick_best
+from finesweep.search.best import BEST_SO_FAR, Best, pick_best
 
 if TYPE_CHECKING:
     from finesweep.search.report import Console
@@ -38,11 +38,13 @@ ROUND_OFF = 1e-9
 
 
 def search_objectives(search: "SearchConfig") -> tuple[str | list[str], str | list[str]]:
-    """OptunaSearch's metric and mode: the metric alone, or [metric, second] with their modes (multi-objective)."""
+    """OptunaSearch's metric and mode: the metric alone, or [metric, second] with their modes (multi-objective).
+    The metric is each trial's best evaluation so far (BEST_SO_FAR): Optuna is told a trial's last result, and a
+    trial is worth its best checkpoint, which the export picks from, not its last evaluation."""
     if search.second_objective == "none":
-        return search.metric, search.mode
+        return BEST_SO_FAR, search.mode
     key, mode = SECOND_OBJECTIVES[search.second_objective]
-    return [search.metric, key], [search.mode, mode]
+    return [BEST_SO_FAR, key], [search.mode, mode]
 
 
 @dataclass(frozen=True)

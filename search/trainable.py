@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from finesweep.search.best import CHECKPOINT_SCORE, checkpoint_score
+from finesweep.search.best import BEST_SO_FAR, CHECKPOINT_SCORE, best_of, checkpoint_score
 from finesweep.search.probe import combination_key
 from finesweep.search.tracking import END_STATE_TAG, ERROR_TAG, RESUMED_TAG, TRIAL_TAG, Tracker
 from finesweep.spaces import SweepConfig
@@ -84,9 +84,10 @@ class TuneMlflowSink:
     """Sends each evaluation to Tune (with its checkpoint) and to the trial's MLflow run."""
 
     def __init__(self, tracker: Tracker, run_id: str, objective: tuple[str, str], logged_through: int = 0,
-                 trained_through: int = 0):
+                 trained_through: int = 0, best_so_far: float = math.nan):
         self.tracker, self.run_id = tracker, run_id
         self.metric, self.mode = objective
+        self.best_so_far = best_so_far  # a resumed trial's starts from the evaluations before its checkpoint
         # A resumed trial redoes the steps between its last checkpoint and the crash; MLflow already has them:
         # the evaluations up to logged_through, and the training logs (written more often) up to trained_through.
         self.logged_through, self.trained_through = logged_through, trained_through
@@ -102,8 +103,11 @@ class TuneMlflowSink:
         if step > self.logged_through:
             self.pending.append((step, metrics, int(time.time() * 1000)))
         self.flush()
-        score = checkpoint_score(float(metrics.get(self.metric, math.nan)), step, self.mode)
-        self.report({**metrics, "step": step, "mlflow_run_id": self.run_id, CHECKPOINT_SCORE: score}, checkpoint_dir)
+        value = float(metrics.get(self.metric, math.nan))
+        self.best_so_far = best_of([self.best_so_far, value], self.mode)
+        score = checkpoint_score(value, step, self.mode)
+        self.report({**metrics, "step": step, "mlflow_run_id": self.run_id, CHECKPOINT_SCORE: score,
+                     BEST_SO_FAR: self.best_so_far}, checkpoint_dir)
 
     def flush(self) -> None:
         """Send what waits (also at the end of a trial: the losses after its last evaluation, a diverged one's)."""
@@ -138,18 +142,18 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
             output_dir = scratch_dir(trial.get_trial_id())
             plan = build_plan(params, context, str(output_dir), _restored_checkpoint(output_dir))
             tracker.log_params(run_id, plan.params())
-            sink = _sink_for(plan, tracker, run_id, (config.search.metric, config.search.mode))
+            sink = sink_for(plan, tracker, run_id, (config.search.metric, config.search.mode))
             try:
                 train(plan, sink)
             finally:
                 sink.flush()
     except Exception as error:
         state = final_failure(error)
-        _record_end(tracker, run_id, state or "failed", f"{type(error).__name__}: {error}")
+        record_end(tracker, run_id, state or "failed", f"{type(error).__name__}: {error}")
         if state is None:
             raise  # Tune retries it (FailureConfig); past the retries the trial ends as an error
         return  # diverged or out of memory: the same configuration would fail the same way again
-    _record_end(tracker, run_id, "completed", None)
+    record_end(tracker, run_id, "completed", None)
 
 
 def final_failure(error: BaseException) -> str | None:
@@ -165,8 +169,8 @@ def final_failure(error: BaseException) -> str | None:
     return None
 
 
-def _sink_for(plan: TrialPlan, tracker: Tracker, run_id: str, objective: tuple[str, str],
-              sink_class: Callable[..., TuneMlflowSink] = TuneMlflowSink) -> TuneMlflowSink:
+def sink_for(plan: TrialPlan, tracker: Tracker, run_id: str, objective: tuple[str, str],
+             sink_class: Callable[..., TuneMlflowSink] = TuneMlflowSink) -> TuneMlflowSink:
     """A fresh trial's sink, or a resumed one's: it continues the same MLflow run without repeating steps."""
     if plan.resume_from is None:
         return sink_class(tracker, run_id, objective)
@@ -175,7 +179,10 @@ def _sink_for(plan: TrialPlan, tracker: Tracker, run_id: str, objective: tuple[s
     logged = tracker.last_step(run_id, "eval_loss")  # the server's and the spool's: nothing is logged twice
     trained = tracker.last_step(run_id, "loss")  # training logs come every few steps, past the last evaluation
     tracker.set_tags(run_id, {RESUMED_TAG: start})
-    return sink_class(tracker, run_id, objective, logged_through=logged, trained_through=trained)
+    # The Trainer's log history in the checkpoint holds every evaluation up to it (metric names as the sweep's).
+    earlier = [entry[objective[0]] for entry in state.get("log_history", []) if objective[0] in entry]
+    return sink_class(tracker, run_id, objective, logged_through=logged, trained_through=trained,
+                      best_so_far=best_of(earlier, objective[1]))
 
 
 def _restored_checkpoint(output_dir: Path) -> str | None:
@@ -205,7 +212,8 @@ def copy_checkpoint(checkpoint, output_dir: Path) -> str | None:
     return str(local)
 
 
-def _record_end(tracker: Tracker, run_id: str, state: str, message: str | None) -> None:
+def record_end(tracker: Tracker, run_id: str, state: str, message: str | None) -> None:
+    """Closes the trial's MLflow run with its end state (completed, diverged, out_of_memory, failed...)."""
     tags = {END_STATE_TAG: state}
     if message:
         tags[ERROR_TAG] = message

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from optuna.samplers import GridSampler
 from ray.tune import Callback, Stopper
 
-from finesweep.search.best import CHECKPOINT_SCORE
+from finesweep.search.best import BEST_SO_FAR, CHECKPOINT_SCORE
 from finesweep.search.pareto import search_objectives
 from finesweep.search.trainable import TrialContext, run_trial
 from finesweep.search.tracking import END_STATE_TAG, ERROR_TAG, Tracker
@@ -172,8 +172,8 @@ def restore_tuner(config: SweepConfig, setup: TuneSetup):
     from ray import tune
 
     _tune_environment()
-    path = str(setup.storage.resolve() / setup.experiment_name)
-    return tune.Tuner.restore(path, trainable=make_trainable(config, setup.context), resume_unfinished=True,
+    path = setup.storage.resolve() / setup.experiment_name
+    return tune.Tuner.restore(str(path), trainable=make_trainable(config, setup.context), resume_unfinished=True,
                               resume_errored=False)
 
 
@@ -194,7 +194,8 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
     tune_config = tune.TuneConfig(
         # Tune's own metric (ASHA's, the results') is the primary one even with a second objective: ASHA ranks by
         # one metric. OptunaSearch keeps the objectives it was built with (it ignores these once it has a space).
-        metric=config.search.metric, mode=config.search.mode,
+        # Both judge a trial by its best evaluation so far (BEST_SO_FAR): the export picks over all evaluations.
+        metric=BEST_SO_FAR, mode=config.search.mode,
         search_alg=make_searcher(config, setup.precisions), scheduler=make_scheduler(config),
         num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials,
         time_budget_s=config.search.time_budget_minutes * 60 if config.search.time_budget_minutes else None,

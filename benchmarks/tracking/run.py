@@ -203,10 +203,10 @@ def run_untracked(s: Setup, order: int) -> Run:
 
 
 def run_tracked(s: Setup, arm: str, store: dict[str, str], order: int) -> Run:
-    """search/trainable.py `run_trial` step by step, without Ray (its private `_sink_for` and `_record_end` are the
+    """search/trainable.py `run_trial` step by step, without Ray (its `sink_for` and `record_end` are the
     real code a trial runs; a Tune session's trial id and name are made up here)."""
     from finesweep.search.tracking import TRIAL_TAG, Tracker
-    from finesweep.search.trainable import _record_end, _sink_for, build_plan
+    from finesweep.search.trainable import record_end, sink_for, build_plan
     from finesweep.trainer.trial import train
 
     out, calls = s.work / f"trial-{order}", []
@@ -220,10 +220,10 @@ def run_tracked(s: Setup, arm: str, store: dict[str, str], order: int) -> Run:
     plan = build_plan(s.params, s.context, str(out))
     tracker.log_params(run_id, plan.params())
     search = s.config.search
-    sink = PhaseSink(_sink_for(plan, tracker, run_id, (search.metric, search.mode)), tracker)
+    sink = PhaseSink(sink_for(plan, tracker, run_id, (search.metric, search.mode)), tracker)
     quiet(train, plan, sink)
     tracker.phase = "trial"
-    _record_end(tracker, run_id, "completed", None)
+    record_end(tracker, run_id, "completed", None)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     shutil.rmtree(out, ignore_errors=True)
     return _run(arm, order, wall, cpu, sink, calls)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from finesweep.search.best import Best
+from finesweep.search.best import BEST_SO_FAR, Best, best_of
 from finesweep.search.pareto import (THROUGHPUT, TrialPoint, dominates, pareto_front, pick_point, search_objectives,
                                      trial_points, within)
 from finesweep.spaces import SweepConfig, SweepFileError, load
@@ -123,11 +123,11 @@ def test_each_trial_is_its_best_evaluation_and_its_last_throughput():
 # --- configuration ------------------------------------------------------------------------------------------------
 
 def test_objectives_are_the_metric_alone_or_both_with_their_modes():
-    plain = SweepConfig.model_validate(MINIMAL)
-    assert search_objectives(plain.search) == ("eval_loss", "min")
+    plain = SweepConfig.model_validate(MINIMAL)  # the metric as each trial's best so far
+    assert search_objectives(plain.search) == (BEST_SO_FAR, "min")
     both = SweepConfig.model_validate({**MINIMAL, "search": {"second_objective": "throughput", "metric": "eval_f1_macro",
                                                              "mode": "max", "pick": "fastest_within"}})
-    assert search_objectives(both.search) == (["eval_f1_macro", THROUGHPUT], ["max", "max"])
+    assert search_objectives(both.search) == ([BEST_SO_FAR, THROUGHPUT], ["max", "max"])
     assert both.search.pick_tolerance == 0.01
     again = SweepConfig.model_validate(both.model_dump(mode="json"))  # resume and every trial re-validate the dump
     assert again == both and SweepConfig.model_validate(plain.model_dump(mode="json")) == plain
@@ -159,18 +159,20 @@ def _fake_trial(params):
     from finesweep.search.best import CHECKPOINT_SCORE, checkpoint_score
 
     speed = 100.0 / params["effective_batch_size"] + params["learning_rate"]
+    values = []
     for step in (5, 10, 15):
-        value = params["learning_rate"] * 10 + (0.1 if step == 10 else 0.0)  # the best is the middle evaluation
+        values.append(params["learning_rate"] * 10 + (0.1 if step == 10 else 0.0))  # the best is the middle one
         with tempfile.TemporaryDirectory() as folder:
-            tune.report({"acc": value, "step": step, THROUGHPUT: speed * step, "mlflow_run_id": "r",
-                         CHECKPOINT_SCORE: checkpoint_score(value, step, "max")},
+            tune.report({"acc": values[-1], "step": step, THROUGHPUT: speed * step, "mlflow_run_id": "r",
+                         CHECKPOINT_SCORE: checkpoint_score(values[-1], step, "max"),
+                         BEST_SO_FAR: best_of(values, "max")},
                         checkpoint=tune.Checkpoint.from_directory(folder))
 
 
 def test_optuna_is_told_each_trials_metric_and_throughput_as_two_objectives(tmp_path):
     """The sweep's own searcher, scheduler and checkpoint config around a fake trial: Tune's metric stays the primary
-    (ASHA's), Optuna's study has two directions, and each of its trials holds that trial's last metric and its own
-    throughput."""
+    (ASHA's), Optuna's study has two directions, and each of its trials holds that trial's best metric (not its last)
+    and its own throughput."""
     import optuna
     import ray
     from ray import tune
@@ -184,7 +186,7 @@ def test_optuna_is_told_each_trials_metric_and_throughput_as_two_objectives(tmp_
     start_ray(None)
     try:
         tuner = tune.Tuner(tune.with_resources(_fake_trial, {"cpu": 1}), tune_config=tune.TuneConfig(
-            metric="acc", mode="max", search_alg=searcher, scheduler=make_scheduler(config), num_samples=3),
+            metric=BEST_SO_FAR, mode="max", search_alg=searcher, scheduler=make_scheduler(config), num_samples=3),
             run_config=tune.RunConfig(name="mo", storage_path=str(tmp_path), verbose=0,
                                       checkpoint_config=checkpoint_config(config)))
         results = tuner.fit()
@@ -196,7 +198,8 @@ def test_optuna_is_told_each_trials_metric_and_throughput_as_two_objectives(tmp_
     assert len(told) == 3
     for r in results:
         last = r.metrics
-        assert told[round(r.config["learning_rate"], 12)] == [last["acc"], last[THROUGHPUT]]
+        best = r.config["learning_rate"] * 10 + (0.1 if last["step"] >= 10 else 0.0)
+        assert told[round(r.config["learning_rate"], 12)] == [best, last[THROUGHPUT]]
     points = trial_points(results, "acc", "max")
     assert len(points) == 3
     for p, r in zip(points, results):
