@@ -173,8 +173,43 @@ def restore_tuner(config: SweepConfig, setup: TuneSetup):
 
     _tune_environment()
     path = setup.storage.resolve() / setup.experiment_name
+    recover_lost_checkpoints(path)
     return tune.Tuner.restore(str(path), trainable=make_trainable(config, setup.context), resume_unfinished=True,
                               resume_errored=False)
+
+
+def recover_lost_checkpoints(experiment_dir: Path) -> list[str]:
+    """Give back each unfinished trial the checkpoint Tune's saved state names, when Tune deleted it after that save.
+
+    Tune registers a new checkpoint and at once deletes the previous latest one if it is not among the kept best; it
+    saves its experiment state only now and then. A controller killed between the two leaves a state whose latest
+    checkpoint is gone, and Tune's restore of that trial fails ("does not exist on storage anymore") on every retry.
+    The trial's newer checkpoints on disk are unknown to that state: the newest takes the lost one's name, so the
+    trial resumes from later still (the Trainer reads its step from the checkpoint; MLflow skips what it has), and
+    the other unknown ones are removed (Tune would never delete them). Reads the state's plain JSON fields only
+    (ray 2.60: trial status, folder, last result's checkpoint folder). Returns the trials repaired."""
+    import shutil
+
+    states = sorted(experiment_dir.glob("experiment_state-*.json"))  # Tune restores the newest (by name)
+    if not states:
+        return []
+    repaired = []
+    for trial_json, runtime_json in json.loads(states[-1].read_text())["trial_data"]:
+        trial, runtime = json.loads(trial_json), json.loads(runtime_json)
+        lost = (runtime.get("last_result") or {}).get("checkpoint_dir_name")
+        folder = experiment_dir / trial["relative_logdir"]
+        if trial.get("status") in ("TERMINATED", "ERROR") or not lost or (folder / lost).exists():
+            continue
+        newer = sorted(p for p in folder.glob("checkpoint_*") if p.name > lost)
+        if not newer:
+            continue  # nothing to resume from: Tune reports the trial's restore failure as it is
+        newer[-1].rename(folder / lost)
+        for unknown in newer[:-1]:
+            shutil.rmtree(unknown, ignore_errors=True)
+        log.warning("trial %s: its last saved checkpoint %s was deleted after Tune's last state save; it resumes "
+                    "from the newer %s instead", trial["trial_id"], lost, newer[-1].name)
+        repaired.append(trial["trial_id"])
+    return repaired
 
 
 def checkpoint_config(config: SweepConfig):

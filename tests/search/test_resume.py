@@ -79,11 +79,35 @@ def _crash(process: subprocess.Popen) -> None:
     process.wait()
 
 
+def _saved_checkpoints_of_running_trials(sweep_dir: Path) -> dict[Path, str]:
+    """trial folder -> the checkpoint Tune's newest saved state names as the trial's latest, for running trials whose
+    checkpoint is on disk (the state's plain JSON fields, as search/tune.py recover_lost_checkpoints reads them)."""
+    states = sorted(sweep_dir.glob("tune/*/experiment_state-*.json"))
+    if not states:
+        return {}
+    named = {}
+    for trial_json, runtime_json in json.loads(states[-1].read_text())["trial_data"]:
+        trial, runtime = json.loads(trial_json), json.loads(runtime_json)
+        checkpoint = (runtime.get("last_result") or {}).get("checkpoint_dir_name")
+        folder = states[-1].parent / trial["relative_logdir"]
+        if trial["status"] == "RUNNING" and checkpoint and (folder / checkpoint).is_dir():
+            named[folder] = checkpoint
+    return named
+
+
+def _lose_the_saved_checkpoint(folder: Path, checkpoint: str) -> None:
+    """What a controller killed at the wrong moment leaves (Tune deleted the checkpoint its saved state names, and
+    registered a newer one): here the named one moves to a name newer than any on disk."""
+    newest = max(int(p.name.split("_")[-1]) for p in folder.glob("checkpoint_*"))
+    (folder / checkpoint).rename(folder / f"checkpoint_{newest + 1:06d}")
+
+
 def _kill_when_mid_trial(process: subprocess.Popen, sweep_dir: Path, timeout: float = 300) -> dict[str, list[int]]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         seen = _evaluations(sweep_dir)
-        if any(3 <= len(steps) and steps[-1] < MAX_STEPS - 2 * EVERY for steps in seen.values()):
+        if any(3 <= len(steps) and steps[-1] < MAX_STEPS - 2 * EVERY for steps in seen.values()) and \
+                _saved_checkpoints_of_running_trials(sweep_dir):
             _crash(process)
             return seen
         assert process.poll() is None, "the sweep ended before it could be interrupted"
@@ -100,9 +124,12 @@ def test_a_sweep_killed_mid_trial_resumes_without_rerunning_or_duplicating(tmp_p
     process = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"], cwd=tmp_path,
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     before = _kill_when_mid_trial(process, sweep_dir)
+    folder, checkpoint = next(iter(_saved_checkpoints_of_running_trials(sweep_dir).items()))
+    _lose_the_saved_checkpoint(folder, checkpoint)  # one trial also lost the checkpoint the saved state names
 
     result = finesweep("resume", "sweep.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"trial {folder.name.split('-')[-1]}: its last saved checkpoint {checkpoint} was deleted" in result.stderr
     after = _evaluations(sweep_dir)
     assert len(after) == TRIALS, "a resumed sweep runs exactly the planned trials, each in its own MLflow run"
     assert set(before) <= set(after), "runs of the first attempt are continued, not replaced"
