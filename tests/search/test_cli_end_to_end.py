@@ -314,9 +314,10 @@ def test_causal_lm_instruction_tuning_end_to_end(tmp_path):
 
 
 def test_time_budget_stops_running_trials_and_the_export_still_happens(tmp_path):
+    """The budget (30 s) must outlast a trial worker's start and first evaluation on a busy 2-core machine."""
     tiny.build_tiny_classifier(tmp_path / "model")
     tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(300))
-    sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 2\n  time_budget_minutes: 0.25")
+    sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 2\n  time_budget_minutes: 0.5")
              .replace(f"max_steps: {5 * EVALS_PER_TRIAL}", "max_steps: 100000"))
     (tmp_path / "sweep.yaml").write_text(sweep)
     started = time.monotonic()
