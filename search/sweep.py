@@ -236,8 +236,8 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
 def _search(session: Session, address: str | None, tune_experiment: str, resume: bool):
     from finesweep.search.pareto import pick_export
     from finesweep.search.trainable import TrialContext
-    from finesweep.search.tune import (TrialEndRecorder, TuneSetup, budget_end_state, make_tuner, restore_tuner,
-                                       start_ray)
+    from finesweep.search.tune import (TrialEndRecorder, TuneSetup, budget_end_state, drop_runs_of_unsaved_trials,
+                                       make_tuner, restore_tuner, start_ray)
     from finesweep.spaces.grid import fit_to_grid
 
     config, tracker = session.config, session.tracker
@@ -256,6 +256,8 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
     recorder = TrialEndRecorder(tracker.uri, context, evaluations, session.console.trial_event(config.search.metric))
     setup = TuneSetup(context, session.folder.tune, tune_experiment, session.precisions, [recorder])
+    if resume:
+        drop_runs_of_unsaved_trials(tracker, context, setup.storage / tune_experiment)
     results = (restore_tuner(config, setup) if resume else make_tuner(config, setup)).fit()
     recorder.close_unfinished(budget_end_state(config, results))
     from finesweep.search.plots import log_sweep_plots  # never raises: a plot failure must not fail the sweep

@@ -6,6 +6,7 @@ that the controller supplies (it reports to Tune and logs to MLflow).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -93,11 +94,18 @@ class TrialPlan:
         return flat
 
 
+def _checkpoint_step(checkpoint_dir: str) -> int:
+    """The optimizer step a Trainer checkpoint was saved at (the Trainer resumed at its max_steps trains one more)."""
+    return int(json.loads((Path(checkpoint_dir) / "trainer_state.json").read_text())["global_step"])
+
+
 def train(plan: TrialPlan, sink: EvaluationSink) -> dict[str, float]:
     """Run the trial to max_steps (unless the scheduler stops it first); returns the last evaluation."""
     import torch
 
     torch.set_num_threads(max(1, plan.threads))
+    if plan.resume_from and _checkpoint_step(plan.resume_from) >= plan.max_steps:
+        return {}  # restarted from its final checkpoint (killed after its last report): nothing is left to train
     if plan.deepspeed_stage:
         single_process_rendezvous()
     trainer = _build_trainer(plan, sink)

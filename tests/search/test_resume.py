@@ -81,17 +81,14 @@ def _crash(process: subprocess.Popen) -> None:
 
 def _saved_checkpoints_of_running_trials(sweep_dir: Path) -> dict[Path, str]:
     """trial folder -> the checkpoint Tune's newest saved state names as the trial's latest, for running trials whose
-    checkpoint is on disk (the state's plain JSON fields, as search/tune.py recover_lost_checkpoints reads them)."""
-    states = sorted(sweep_dir.glob("tune/*/experiment_state-*.json"))
-    if not states:
-        return {}
+    checkpoint is on disk."""
+    from finesweep.search.tune import saved_trials
+
     named = {}
-    for trial_json, runtime_json in json.loads(states[-1].read_text())["trial_data"]:
-        trial, runtime = json.loads(trial_json), json.loads(runtime_json)
-        checkpoint = (runtime.get("last_result") or {}).get("checkpoint_dir_name")
-        folder = states[-1].parent / trial["relative_logdir"]
-        if trial["status"] == "RUNNING" and checkpoint and (folder / checkpoint).is_dir():
-            named[folder] = checkpoint
+    for experiment in sweep_dir.glob("tune/*/"):
+        for trial in saved_trials(experiment):
+            if trial.status == "RUNNING" and trial.checkpoint and (trial.folder / trial.checkpoint).is_dir():
+                named[trial.folder] = trial.checkpoint
     return named
 
 
