@@ -104,3 +104,34 @@ def test_an_exploding_loss_stops_the_trial_as_diverged(tmp_path, sentiment_csv, 
     with pytest.raises(DivergedError, match=r"training loss became .* at step 1 \(the limit is 110"):
         train(plan, sink)
     assert sink.evaluations == []
+
+
+class CopyingSink(RecordingSink):
+    """Keeps a copy of each evaluation's checkpoint (the Trainer rotates its own), as Tune keeps reported ones."""
+
+    def __init__(self, keep: Path):
+        super().__init__()
+        self.keep = keep
+
+    def on_evaluation(self, step, metrics, checkpoint_dir: Path):
+        import shutil
+
+        super().on_evaluation(step, metrics, checkpoint_dir)
+        shutil.copytree(checkpoint_dir, self.keep / f"step-{step}")
+
+
+def test_a_trial_restarted_from_a_checkpoint_trains_only_the_steps_left(tmp_path, sentiment_csv, tiny_classifier):
+    prepared, tokenized = tokenized_splits(tmp_path, sentiment_csv, tiny_classifier)
+    first = CopyingSink(tmp_path / "kept")
+    train(make_plan(tmp_path, tiny_classifier, tokenized, prepared.label_names, max_steps=8), first)
+    assert [step for step, _, _ in first.evaluations] == [4, 8]
+
+    middle = RecordingSink()
+    train(make_plan(tmp_path, tiny_classifier, tokenized, prepared.label_names, max_steps=8,
+                    output_dir=str(tmp_path / "again"), resume_from=str(tmp_path / "kept" / "step-4")), middle)
+    assert [step for step, _, _ in middle.evaluations] == [8]
+    # killed after its last report: restarted from its final checkpoint, it trains no further step (it did one)
+    final = RecordingSink()
+    train(make_plan(tmp_path, tiny_classifier, tokenized, prepared.label_names, max_steps=8,
+                    output_dir=str(tmp_path / "last"), resume_from=str(tmp_path / "kept" / "step-8")), final)
+    assert final.evaluations == [] and final.logs == []
