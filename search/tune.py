@@ -189,6 +189,7 @@ class SavedTrial:
 
 
 def saved_trials(experiment_dir: Path) -> list[SavedTrial]:
+    """The trials of Tune's newest saved experiment state ([] before its first save)."""
     states = sorted(experiment_dir.glob("experiment_state-*.json"))  # Tune restores the newest (by name)
     if not states:
         return []
