@@ -235,9 +235,10 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
 
 def _search(session: Session, address: str | None, tune_experiment: str, resume: bool):
     from finesweep.search.pareto import pick_export
+    from finesweep.search.recovery import drop_runs_of_unsaved_trials
     from finesweep.search.trainable import TrialContext
-    from finesweep.search.tune import (TrialEndRecorder, TuneSetup, budget_end_state, drop_runs_of_unsaved_trials,
-                                       make_tuner, restore_tuner, start_ray)
+    from finesweep.search.tune import (TrialEndRecorder, TuneSetup, budget_end_state, make_tuner, restore_tuner,
+                                       start_ray)
     from finesweep.spaces.grid import fit_to_grid
 
     config, tracker = session.config, session.tracker

@@ -15,8 +15,9 @@ from ray.tune import Callback, Stopper
 
 from finesweep.search.best import BEST_SO_FAR, CHECKPOINT_SCORE
 from finesweep.search.pareto import search_objectives
+from finesweep.search.recovery import recover_lost_checkpoints
 from finesweep.search.trainable import TrialContext, run_trial
-from finesweep.search.tracking import END_STATE_TAG, ERROR_TAG, TRIAL_TAG, Tracker
+from finesweep.search.tracking import END_STATE_TAG, ERROR_TAG, Tracker
 from finesweep.spaces import SweepConfig, suggest
 from finesweep.spaces.grid import distinct, grid
 
@@ -176,77 +177,6 @@ def restore_tuner(config: SweepConfig, setup: TuneSetup):
     recover_lost_checkpoints(path)
     return tune.Tuner.restore(str(path), trainable=make_trainable(config, setup.context), resume_unfinished=True,
                               resume_errored=False)
-
-
-@dataclass(frozen=True)
-class SavedTrial:
-    """A trial as Tune's newest saved experiment state has it (the state's plain JSON fields, ray 2.60)."""
-
-    trial_id: str
-    status: str  # PENDING, RUNNING, PAUSED, TERMINATED, ERROR
-    folder: Path
-    checkpoint: str | None  # the latest checkpoint's folder name (every finesweep report has one)
-
-
-def saved_trials(experiment_dir: Path) -> list[SavedTrial]:
-    """The trials of Tune's newest saved experiment state ([] before its first save)."""
-    states = sorted(experiment_dir.glob("experiment_state-*.json"))  # Tune restores the newest (by name)
-    if not states:
-        return []
-    trials = []
-    for trial_json, runtime_json in json.loads(states[-1].read_text())["trial_data"]:
-        trial, runtime = json.loads(trial_json), json.loads(runtime_json)
-        trials.append(SavedTrial(trial["trial_id"], trial["status"], experiment_dir / trial["relative_logdir"],
-                                 (runtime.get("last_result") or {}).get("checkpoint_dir_name")))
-    return trials
-
-
-def drop_runs_of_unsaved_trials(tracker: Tracker, context: TrialContext, experiment_dir: Path) -> list[str]:
-    """MLflow runs of trials that started after Tune's last state save, made right for the resume.
-
-    The restored experiment does not know those trials: Tune never continues them and samples others in their place,
-    so their runs would stay open beside the new ones. A run with no evaluation is deleted (MLflow's soft delete,
-    which the UI can undo); one with evaluations is closed as `lost_in_crash`, its evaluations kept on record."""
-    saved = {trial.trial_id for trial in saved_trials(experiment_dir)}
-    dropped = []
-    for run in tracker.trial_runs(context.experiment_id, context.parent_run_id) if saved else []:
-        trial_id = run.data.tags.get(TRIAL_TAG)
-        if run.info.status != "RUNNING" or not trial_id or trial_id in saved:
-            continue
-        if tracker.last_step(run.info.run_id, "eval_loss"):
-            tracker.close_if_running(run.info.run_id, {END_STATE_TAG: "lost_in_crash"}, "FAILED")
-        else:
-            tracker.call(lambda run_id=run.info.run_id: tracker.client.delete_run(run_id))
-        dropped.append(trial_id)
-    return dropped
-
-
-def recover_lost_checkpoints(experiment_dir: Path) -> list[str]:
-    """Give back each unfinished trial the checkpoint Tune's saved state names, when Tune deleted it after that save.
-
-    Tune registers a new checkpoint and at once deletes the previous latest one if it is not among the kept best; it
-    saves its experiment state only now and then. A controller killed between the two leaves a state whose latest
-    checkpoint is gone, and Tune's restore of that trial fails ("does not exist on storage anymore") on every retry.
-    The trial's newer checkpoints on disk are unknown to that state: the newest takes the lost one's name, so the
-    trial resumes from later still (the Trainer reads its step from the checkpoint; MLflow skips what it has), and
-    the other unknown ones are removed (Tune would never delete them). Returns the trials repaired."""
-    import shutil
-
-    repaired = []
-    for trial in saved_trials(experiment_dir):
-        lost = trial.checkpoint
-        if trial.status in ("TERMINATED", "ERROR") or not lost or (trial.folder / lost).exists():
-            continue
-        newer = sorted(p for p in trial.folder.glob("checkpoint_*") if p.name > lost)
-        if not newer:
-            continue  # nothing to resume from: Tune reports the trial's restore failure as it is
-        newer[-1].rename(trial.folder / lost)
-        for unknown in newer[:-1]:
-            shutil.rmtree(unknown, ignore_errors=True)
-        log.warning("trial %s: its last saved checkpoint %s was deleted after Tune's last state save; it resumes "
-                    "from the newer %s instead", trial.trial_id, lost, newer[-1].name)
-        repaired.append(trial.trial_id)
-    return repaired
 
 
 def checkpoint_config(config: SweepConfig):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from finesweep.search.trainable import TrialContext
 from finesweep.search.tracking import END_STATE_TAG, TRIAL_TAG, Tracker, default_tracking_uri
-from finesweep.search.tune import drop_runs_of_unsaved_trials, saved_trials
+from finesweep.search.recovery import drop_runs_of_unsaved_trials, saved_trials
 
 
 def _saved_state(experiment_dir: Path, trial_ids: list[str]) -> None:
