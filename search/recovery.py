@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,9 +68,9 @@ def recover_lost_checkpoints(experiment_dir: Path) -> list[str]:
     Tune registers a new checkpoint and at once deletes the previous latest one if it is not among the kept best; it
     saves its experiment state only now and then. A controller killed between the two leaves a state whose latest
     checkpoint is gone, and Tune's restore of that trial fails ("does not exist on storage anymore") on every retry.
-    The trial's newer checkpoints on disk are unknown to that state: the newest takes the lost one's name, so the
-    trial resumes from later still (the Trainer reads its step from the checkpoint; MLflow skips what it has), and
-    the other unknown ones are removed (Tune would never delete them). Returns the trials repaired."""
+    The trial's newer checkpoints on disk are unknown to that state: the newest whole one takes the lost one's name,
+    so the trial resumes from later still (the Trainer reads its step from the checkpoint; MLflow skips what it has),
+    and the other unknown ones are removed (Tune would never delete them). Returns the trials repaired."""
     import shutil
 
     repaired = []
@@ -78,12 +79,40 @@ def recover_lost_checkpoints(experiment_dir: Path) -> list[str]:
         if trial.status in ("TERMINATED", "ERROR") or not lost or (trial.folder / lost).exists():
             continue
         newer = sorted(p for p in trial.folder.glob("checkpoint_*") if p.name > lost)
-        if not newer:
+        whole = [p for p in newer if is_whole_checkpoint(p)]
+        if not whole:
             continue  # nothing to resume from: Tune reports the trial's restore failure as it is
-        newer[-1].rename(trial.folder / lost)
-        for unknown in newer[:-1]:
+        whole[-1].rename(trial.folder / lost)
+        for unknown in newer:
             shutil.rmtree(unknown, ignore_errors=True)
         log.warning("trial %s: its last saved checkpoint %s was deleted after Tune's last state save; it resumes "
-                    "from the newer %s instead", trial.trial_id, lost, newer[-1].name)
+                    "from the newer %s instead", trial.trial_id, lost, whole[-1].name)
         repaired.append(trial.trial_id)
     return repaired
+
+
+def is_whole_checkpoint(folder: Path) -> bool:
+    """Whether a Trainer checkpoint folder was written to the end: a crash can stop a copy into the sweep's storage
+    half way (Tune copies the files in no set order, and writes no completion marker). It needs the Trainer's state
+    and weights, and each file it has must be whole by its own format (checked without loading anything)."""
+    files = [f for f in folder.rglob("*") if f.is_file()]
+    if not (folder / "trainer_state.json").is_file() or not any(f.suffix == ".safetensors" for f in files):
+        return False
+    return all(_file_is_whole(f) for f in files)
+
+
+def _file_is_whole(path: Path) -> bool:
+    try:
+        if path.suffix == ".safetensors":  # 8-byte header length, JSON header, then the tensors it places
+            with path.open("rb") as f:
+                header_length = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(header_length))
+            end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+            return path.stat().st_size == 8 + header_length + end
+        if path.suffix in (".pt", ".pth", ".bin"):  # torch.save's zip format: its central directory is written last
+            return zipfile.is_zipfile(path)
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return True
