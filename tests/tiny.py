@@ -45,6 +45,16 @@ def write_csv(path: Path, rows: list[dict[str, str]]) -> Path:
     return path
 
 
+def classification_folder(folder: Path, sweep: str | None = None, rows: int = 300) -> Path:
+    """A CLI test's working folder: the tiny classifier in model/, `rows` labelled sentences in data.csv, and the
+    sweep file (when given) in sweep.yaml."""
+    build_tiny_classifier(folder / "model")
+    write_csv(folder / "data.csv", sentiment_rows(rows))
+    if sweep is not None:
+        (folder / "sweep.yaml").write_text(sweep)
+    return folder
+
+
 def _corpus() -> list[str]:
     rows = sentiment_rows(300) + instruction_rows(300)
     return [" ".join(r.values()) for r in rows]

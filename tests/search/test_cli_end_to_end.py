@@ -53,10 +53,7 @@ def finesweep(*args: str, cwd: Path, timeout: int = 600) -> subprocess.Completed
 @pytest.fixture(scope="module")
 def finished_sweep(tmp_path_factory):
     """One real sweep, shared by the assertions below (it takes about half a minute)."""
-    folder = tmp_path_factory.mktemp("sweep")
-    tiny.build_tiny_classifier(folder / "model")
-    tiny.write_csv(folder / "data.csv", tiny.sentiment_rows(600))
-    (folder / "sweep.yaml").write_text(SWEEP)
+    folder = tiny.classification_folder(tmp_path_factory.mktemp("sweep"), SWEEP, rows=600)
     _git_commit(folder)
     result = finesweep("run", "sweep.yaml", cwd=folder)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -315,8 +312,7 @@ def test_causal_lm_instruction_tuning_end_to_end(tmp_path):
 
 def test_time_budget_stops_running_trials_and_the_export_still_happens(tmp_path):
     """The budget (30 s) must outlast a trial worker's start and first evaluation on a busy 2-core machine."""
-    tiny.build_tiny_classifier(tmp_path / "model")
-    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(300))
+    tiny.classification_folder(tmp_path)
     sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 2\n  time_budget_minutes: 0.5")
              .replace(f"max_steps: {5 * EVALS_PER_TRIAL}", "max_steps: 100000"))
     (tmp_path / "sweep.yaml").write_text(sweep)

@@ -152,9 +152,7 @@ def _run_watching(command: list[str], cwd: Path, head_pid: int, timeout: float =
 
 def test_a_grid_sweep_joins_a_separately_started_ray_head_and_runs_each_grid_point_once(tmp_path, ray_head):
     head, address, temp_dir = ray_head
-    tiny.build_tiny_classifier(tmp_path / "model")
-    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(300))
-    (tmp_path / "sweep.yaml").write_text(GRID_SWEEP)
+    tiny.classification_folder(tmp_path, GRID_SWEEP)
     command = [sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml", "--address", address]
     sweep, output, head_pids, sweep_children = _run_watching(command, tmp_path, head.pid)
     assert sweep.returncode == 0, output[-4000:]
@@ -206,9 +204,7 @@ def _metric_steps(sweep_dir: Path, run_id: str, key: str) -> list[int]:
 
 
 def test_a_trial_whose_worker_is_killed_resumes_from_its_checkpoint_in_the_same_mlflow_run(tmp_path):
-    tiny.build_tiny_classifier(tmp_path / "model")
-    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(400))
-    (tmp_path / "sweep.yaml").write_text(KILL_SWEEP)
+    tiny.classification_folder(tmp_path, KILL_SWEEP, rows=400)
     sweep_dir = tmp_path / "runs" / "workerkill"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     with (tmp_path / "sweep.log").open("w") as out:

@@ -99,9 +99,7 @@ def test_a_sweep_of_two_worker_trials_logs_ranks_and_exports_like_a_single_proce
     Ray Train) is exported."""
     from tests.search.test_cli_end_to_end import _store
 
-    tiny.build_tiny_classifier(tmp_path / "model")
-    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(300))
-    (tmp_path / "sweep.yaml").write_text(SWEEP)
+    tiny.classification_folder(tmp_path, SWEEP)
     result = finesweep("run", "sweep.yaml", cwd=tmp_path, timeout=420)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
@@ -154,9 +152,7 @@ def test_a_trial_whose_rank_is_killed_resumes_from_ray_trains_checkpoint_in_the_
     from tests.search.test_cluster import _metric_steps, _results
     from tests.search.test_resume import _crash, _evaluations, _tags
 
-    tiny.build_tiny_classifier(tmp_path / "model")
-    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(400))
-    (tmp_path / "sweep.yaml").write_text(KILL_SWEEP)
+    tiny.classification_folder(tmp_path, KILL_SWEEP, rows=400)
     sweep_dir = tmp_path / "runs" / "rankkill"
     with (tmp_path / "sweep.log").open("w") as out:
         sweep = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"], cwd=tmp_path,

@@ -60,8 +60,7 @@ def test_a_zero_2_sweep_trains_and_exports_on_a_gpu(tmp_path):
     """On a CUDA machine with deepspeed: trials train through the Trainer's DeepSpeed integration and export."""
     from mlflow import MlflowClient
 
-    tiny.build_tiny_classifier(tmp_path / "model")
-    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(300))
+    tiny.classification_folder(tmp_path)
     sweep = SWEEP.replace("num_trials: 6", "num_trials: 2").replace(
         "resources: {cpus_per_trial: 1,", "resources: {deepspeed_stage: 2, gpus_per_trial: 1, cpus_per_trial: 1,")
     (tmp_path / "sweep.yaml").write_text(sweep)

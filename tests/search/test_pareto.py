@@ -244,9 +244,7 @@ def test_a_sweep_with_a_second_objective_logs_the_front_and_exports_the_trial_th
     from tests import tiny
     from tests.search.test_cli_end_to_end import finesweep
 
-    tiny.build_tiny_classifier(tmp_path / "model")
-    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(300))
-    (tmp_path / "sweep.yaml").write_text(SWEEP)
+    tiny.classification_folder(tmp_path, SWEEP)
     done = finesweep("run", "sweep.yaml", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Pareto front" in done.stdout and "Pick: trial" in done.stdout

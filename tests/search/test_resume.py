@@ -113,9 +113,7 @@ def _kill_when_mid_trial(process: subprocess.Popen, sweep_dir: Path, timeout: fl
 
 
 def test_a_sweep_killed_mid_trial_resumes_without_rerunning_or_duplicating(tmp_path):
-    tiny.build_tiny_classifier(tmp_path / "model")
-    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(400))
-    (tmp_path / "sweep.yaml").write_text(SWEEP)
+    tiny.classification_folder(tmp_path, SWEEP, rows=400)
     sweep_dir = tmp_path / "runs" / "crashy"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"], cwd=tmp_path,

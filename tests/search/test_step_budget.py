@@ -40,8 +40,7 @@ def test_a_resumed_sweep_keeps_the_steps_already_spent(tmp_path):
 
 
 def test_step_budget_stops_the_trials_and_the_export_still_happens(tmp_path):
-    tiny.build_tiny_classifier(tmp_path / "model")
-    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(300))
+    tiny.classification_folder(tmp_path)
     # Without ASHA every trial would run max_steps: NUM_TRIALS x max_steps = 180 steps, far above the budget.
     sweep = SWEEP.replace(f"num_trials: {NUM_TRIALS}",
                           f"num_trials: {NUM_TRIALS}\n  scheduler: none\n  step_budget: {BUDGET}\n"

@@ -175,8 +175,7 @@ def test_a_sweep_survives_its_tracking_server_going_down_and_sync_replays_the_re
     url = f"http://127.0.0.1:{port}"
     server = _start_server(port, data_dir, tmp_path)  # it takes seconds to answer: build the rest meanwhile
     try:
-        tiny.build_tiny_classifier(tmp_path / "model")
-        tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(300))
+        tiny.classification_folder(tmp_path)
         # Three trials on two cores: the third starts while the server is down (its run begins as a placeholder).
         # One model in one precision: one memory probe, not four.
         sweep_file = (SWEEP.replace("num_trials: 6", "num_trials: 3").replace("eval_every_steps: 5", "eval_every_steps: 10")

@@ -23,9 +23,7 @@ def test_a_sweep_logs_to_a_real_mlflow_server(tmp_path):
     try:
         url = f"http://127.0.0.1:{port}"
         _get_json(f"{url}/api/2.0/mlflow/experiments/search?max_results=1", 90)
-        tiny.build_tiny_classifier(tmp_path / "model")
-        tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(300))
-        (tmp_path / "sweep.yaml").write_text(SWEEP.replace("num_trials: 6", "num_trials: 2"))
+        tiny.classification_folder(tmp_path, SWEEP.replace("num_trials: 6", "num_trials: 2"))
         result = finesweep("run", "sweep.yaml", "--tracking-uri", url, cwd=tmp_path)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         assert not (tmp_path / "runs" / "tiny" / "mlflow.db").exists(), "nothing may go to the local store"
