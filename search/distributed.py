@@ -190,6 +190,8 @@ def worker_error(error: BaseException) -> BaseException:
 
 def run_rank(loop: dict[str, Any]) -> None:
     """One Ray Train worker: agree on the batches, build the plan for the whole world, train."""
+    import shutil
+
     import ray.train
     from ray.train.torch import get_device
 
@@ -214,6 +216,7 @@ def run_rank(loop: dict[str, Any]) -> None:
         train(plan, sink)
     finally:
         sink.flush()
+        shutil.rmtree(output_dir, ignore_errors=True)
 
 
 def agreed_minimum(values: tuple[int, ...], device: Any = None) -> tuple[int, ...]:
@@ -264,8 +267,10 @@ def _report_rank(result: dict[str, Any], checkpoint_dir: Path, eval_every_steps:
     # have none: Ray Train holds them); the evaluation's own number keeps ASHA's rungs right across a restart.
     result = {**result, TRAINING_ITERATION: step // eval_every_steps}
     checkpoint = ray.train.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir.is_dir() else None
-    # Every rank names the checkpoint the same: Ray Train merges the ranks' parts into that one folder.
-    ray.train.report(result, checkpoint=checkpoint, checkpoint_dir_name=f"checkpoint-{step:07d}")
+    # Every rank names the checkpoint the same: Ray Train merges the ranks' parts into that one folder. The rank's
+    # own copy goes once uploaded (see TuneMlflowSink.report: it would stay in Ray's session folder).
+    ray.train.report(result, checkpoint=checkpoint, checkpoint_dir_name=f"checkpoint-{step:07d}",
+                     delete_local_checkpoint_after_upload=True)
 
 
 def _restored_checkpoint(output_dir: Path) -> str | None:

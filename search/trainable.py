@@ -117,16 +117,20 @@ class TuneMlflowSink:
 
     def report(self, result: dict[str, Any], checkpoint_dir: Path) -> None:
         """To Tune, with the checkpoint (Tune copies it into the sweep's storage and ranks it)."""
+        import shutil
+
         from ray import tune
 
         tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(checkpoint_dir)))
+        # The copy in the sweep's storage is made before report returns, and the Trainer never reads its own again.
+        # Kept, it would stay in Ray's session folder (cleared only at reboot): model and optimizer state per trial,
+        # the last of every trial that Tune stops, since a stopped trial's process ends with no clean-up of its own.
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
 
 
 def run_trial(params: dict[str, Any], context: TrialContext) -> None:
     """Ray Tune function trainable for one trial."""
     from ray import tune
-
-    from finesweep.trainer.trial import train
 
     trial = tune.get_context()
     tracker = Tracker(context.tracking_uri, context.spool_dir or None)
@@ -139,14 +143,7 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
 
             run_data_parallel(params, context, run_id)  # this process only drives the Ray Train workers
         else:
-            output_dir = scratch_dir(trial.get_trial_id())
-            plan = build_plan(params, context, str(output_dir), _restored_checkpoint(output_dir))
-            tracker.log_params(run_id, plan.params())
-            sink = sink_for(plan, tracker, run_id, (config.search.metric, config.search.mode))
-            try:
-                train(plan, sink)
-            finally:
-                sink.flush()
+            train_in_this_process(params, context, config, tracker, run_id)
     except Exception as error:
         state = final_failure(error)
         record_end(tracker, run_id, state or "failed", f"{type(error).__name__}: {error}")
@@ -154,6 +151,29 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
             raise  # Tune retries it (FailureConfig); past the retries the trial ends as an error
         return  # diverged or out of memory: the same configuration would fail the same way again
     record_end(tracker, run_id, "completed", None)
+
+
+def train_in_this_process(params: dict[str, Any], context: TrialContext, config: SweepConfig, tracker: Tracker,
+                          run_id: str) -> None:
+    """A single-process trial. The Trainer writes its checkpoints to a scratch folder, removed when the trial ends:
+    what Tune keeps is in the sweep's storage, and a retry restores from there."""
+    import shutil
+
+    from ray import tune
+
+    from finesweep.trainer.trial import train
+
+    output_dir = scratch_dir(tune.get_context().get_trial_id())
+    try:
+        plan = build_plan(params, context, str(output_dir), _restored_checkpoint(output_dir))
+        tracker.log_params(run_id, plan.params())
+        sink = sink_for(plan, tracker, run_id, (config.search.metric, config.search.mode))
+        try:
+            train(plan, sink)
+        finally:
+            sink.flush()
+    finally:
+        shutil.rmtree(output_dir, ignore_errors=True)
 
 
 def final_failure(error: BaseException) -> str | None:

@@ -125,6 +125,19 @@ def test_asha_stopped_some_trial_early(finished_sweep):
             assert evaluations == EVALS_PER_TRIAL
 
 
+def test_trials_leave_no_checkpoint_in_rays_session_folder(finished_sweep):
+    """Tune keeps its copies in the sweep folder. The Trainer's own, written in each trial's working folder under
+    Ray's session folder (cleared only at reboot), are gone: the stopped trials' too."""
+    from ray._common.utils import get_default_ray_temp_dir
+
+    _, sweep_dir, _ = finished_sweep
+    experiment = json.loads((sweep_dir / "sweep-state.json").read_text())["tune_experiment"]
+    working = list(Path(get_default_ray_temp_dir()).glob(f"session_*/artifacts/*/{experiment}/working_dirs/trial-*"))
+    assert len(working) == NUM_TRIALS, working
+    assert not [str(p) for folder in working for p in folder.rglob("checkpoint-*")]
+    assert list((sweep_dir / "tune" / experiment).glob("trial-*/checkpoint_*")), "Tune's copies are kept"
+
+
 def test_best_is_the_best_evaluation_of_all_trials(finished_sweep):
     _, sweep_dir, _ = finished_sweep
     client, state = _store(sweep_dir)
