@@ -50,9 +50,9 @@ SPACE = {"learning_rate": {"low": 1.0e-5, "high": 1.0e-2, "log": True}, "effecti
          "precision": ["fp32", "bf16"], "method": ["full"], "warmup_ratio": 0.06, "weight_decay": 0.01}
 METRIC = "eval_loss"
 METHODS = ("tpe_asha", "random", "hf_optuna")
-# Ablations (not run by default): TPE + ASHA whose first rung is the 3rd evaluation instead of the 1st, and TPE with
-# the step budget but no early stopping. They tell whether a shortfall of tpe_asha comes from ASHA or from TPE.
-ABLATIONS = ("tpe_asha_grace3", "tpe_no_asha")
+# Ablations (not run by default): TPE + ASHA whose first rung is the 2nd or 3rd evaluation instead of the 1st, and TPE
+# with the step budget but no early stopping. They tell whether a shortfall of tpe_asha comes from ASHA or from TPE.
+ABLATIONS = ("tpe_asha_grace2", "tpe_asha_grace3", "tpe_no_asha")
 GOAL_FRACTION = 1 / 3  # issue 5: TPE+ASHA reaches random search's final best with at most a third of the budget
 THREADS = 2
 
@@ -110,7 +110,7 @@ def sweep_file(method: str, seed: int, s: Settings) -> dict[str, Any]:
     search: dict[str, Any] = {"metric": METRIC, "mode": "min", "max_steps": s.steps, "eval_every_steps": s.eval_every,
                               "max_concurrent_trials": 1, "keep_checkpoints": 1}
     if method.startswith("tpe"):
-        grace = 3 if method == "tpe_asha_grace3" else 1
+        grace = int(method.rpartition("grace")[2]) if "grace" in method else 1
         shortest = s.steps if method == "tpe_no_asha" else grace * s.eval_every  # the shortest trial there can be
         # num_trials does not bind: even if every trial were as short as can be, the budget would run out first.
         # (finesweep's TPE samples its first max(2, (B / S) // 3) trials at random: B / S = trials B pays for in full.)
@@ -395,15 +395,16 @@ def save(runs: list[MethodRun], s: Settings, started: float) -> dict[str, Any]:
     return result
 
 
-def earlier_runs(path: Path, s: Settings, methods: tuple[str, ...] = ("random",)) -> list[MethodRun]:
-    """The runs of `methods` in an earlier results.json, which must have had the same settings."""
+def earlier_runs(path: Path, s: Settings, methods: tuple[str, ...] = ("random",),
+                 every_seed: bool = False) -> list[MethodRun]:
+    """The runs of `methods` (of `s.seeds` unless `every_seed`) in an earlier results.json of the same settings."""
     earlier = json.loads(path.read_text())
     mine = {"steps_per_trial": s.steps, "budget_steps": s.budget, "layers": s.layers, "space": SPACE, "splits": SPLITS}
     if any(earlier["settings"].get(k) != v for k, v in mine.items()):
         raise SystemExit(f"--random-from {path}: its settings differ from this run's ({earlier['settings']}); "
                          "run random search again (leave --random-from out) or pass the same --steps/--budget-trials/--layers")
     runs = [MethodRun(**{**r, "curve": [tuple(c) for c in r["curve"]]}) for r in earlier["runs"] if r["method"] in methods]
-    return [r for r in runs if r.seed in s.seeds]
+    return [r for r in runs if every_seed or r.seed in s.seeds]
 
 
 def retabulate(path: Path, work: Path) -> str:
@@ -437,13 +438,17 @@ def main() -> None:
         print(retabulate(args.results, args.work))
         return
     methods = ["random"] + [m for m in args.methods if m != "random"]  # random's best is every method's target
-    s = Settings(args.seeds, args.steps, args.budget_trials, args.layers, args.work.resolve(), methods, args.results)
+    s = Settings(args.seeds, args.steps, args.budget_trials, args.layers, args.work.resolve(), list(methods),
+                 args.results)
     s.work.mkdir(parents=True, exist_ok=True)
     started, runs = time.perf_counter(), earlier_runs(args.random_from, s) if args.random_from else []
-    if args.resume and args.results.is_file():
-        runs += [r for r in earlier_runs(args.results, s, tuple(methods)) if not (args.random_from and r.method == "random")]
-    for seed in s.seeds:  # seed by seed: an interrupted run still has whole seeds to report
-        for method in s.methods:
+    if args.resume and args.results.is_file():  # every earlier run is kept: --seeds and --methods add to them
+        earlier = earlier_runs(args.results, s, METHODS + ABLATIONS, every_seed=True)
+        runs += [r for r in earlier if not (args.random_from and r.method == "random")]
+        s.seeds = sorted({r.seed for r in runs} | set(s.seeds))
+        s.methods += [m for m in dict.fromkeys(r.method for r in runs) if m not in s.methods]
+    for seed in args.seeds:  # seed by seed: an interrupted run still has whole seeds to report
+        for method in methods:
             if any(r.method == method and r.seed == seed for r in runs):
                 continue
             print(f"[{time.perf_counter() - started:6.0f} s] seed {seed}: {method}", flush=True)
