@@ -236,7 +236,7 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
 def _search(session: Session, address: str | None, tune_experiment: str, resume: bool):
     from finesweep.search.pareto import pick_export
     from finesweep.search.recovery import drop_runs_of_unsaved_trials
-    from finesweep.search.trainable import TrialContext
+    from finesweep.search.trainable import TrialContext, remove_scratch_left_here
     from finesweep.search.tune import (TrialEndRecorder, TuneSetup, budget_end_state, make_tuner, restore_tuner,
                                        start_ray)
     from finesweep.spaces.grid import fit_to_grid
@@ -260,6 +260,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     if resume:
         drop_runs_of_unsaved_trials(tracker, context, setup.storage / tune_experiment)
     results = (restore_tuner(config, setup) if resume else make_tuner(config, setup)).fit()
+    remove_scratch_left_here(tune_experiment)
     recorder.close_unfinished(budget_end_state(config, results))
     from finesweep.search.plots import log_sweep_plots  # never raises: a plot failure must not fail the sweep
 

@@ -220,6 +220,18 @@ def scratch_dir(name: str) -> Path:
     return Path.cwd() / f"finesweep-{name}"
 
 
+def remove_scratch_left_here(tune_experiment: str) -> None:
+    """Once Tune is done: the trials' scratch folders still on this node (the driver's) in Ray's session folder. A
+    trial killed while saving a checkpoint (the time budget, a lost worker) leaves that half-written checkpoint
+    there, and Ray clears session folders only at reboot. Other nodes of a cluster keep theirs."""
+    import shutil
+
+    from ray.train.constants import _get_ray_train_session_dir  # where Ray puts trials' working dirs (ray 2.60)
+
+    for folder in Path(_get_ray_train_session_dir()).glob(f"*/{tune_experiment}/working_dirs/*/finesweep-*"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def copy_checkpoint(checkpoint, output_dir: Path) -> str | None:
     """A restored Ray checkpoint copied next to the trial's output, where the Trainer resumes from it; None for none."""
     import shutil

@@ -126,16 +126,22 @@ def test_asha_stopped_some_trial_early(finished_sweep):
 
 
 def test_trials_leave_no_checkpoint_in_rays_session_folder(finished_sweep):
-    """Tune keeps its copies in the sweep folder. The Trainer's own, written in each trial's working folder under
-    Ray's session folder (cleared only at reboot), are gone: the stopped trials' too."""
+    """Tune keeps its copies in the sweep folder. The Trainer's own, written in a scratch folder in each trial's
+    working folder under Ray's session folder (cleared only at reboot), are gone: the stopped trials' too."""
+    _, sweep_dir, _ = finished_sweep
+    working = _trial_working_dirs(sweep_dir)
+    assert len(working) == NUM_TRIALS, working
+    assert not [str(p) for folder in working for p in folder.glob("finesweep-*")], "scratch folders (checkpoints) left"
+    experiment = json.loads((sweep_dir / "sweep-state.json").read_text())["tune_experiment"]
+    assert list((sweep_dir / "tune" / experiment).glob("trial-*/checkpoint_*")), "Tune's copies are kept"
+
+
+def _trial_working_dirs(sweep_dir: Path) -> list[Path]:
+    """The working folders Ray gave the sweep's trials, in its session folder (under /tmp/ray by default)."""
     from ray._common.utils import get_default_ray_temp_dir
 
-    _, sweep_dir, _ = finished_sweep
     experiment = json.loads((sweep_dir / "sweep-state.json").read_text())["tune_experiment"]
-    working = list(Path(get_default_ray_temp_dir()).glob(f"session_*/artifacts/*/{experiment}/working_dirs/trial-*"))
-    assert len(working) == NUM_TRIALS, working
-    assert not [str(p) for folder in working for p in folder.rglob("checkpoint-*")]
-    assert list((sweep_dir / "tune" / experiment).glob("trial-*/checkpoint_*")), "Tune's copies are kept"
+    return list(Path(get_default_ray_temp_dir()).glob(f"session_*/artifacts/*/{experiment}/working_dirs/trial-*"))
 
 
 def test_best_is_the_best_evaluation_of_all_trials(finished_sweep):
@@ -339,3 +345,5 @@ def test_time_budget_stops_running_trials_and_the_export_still_happens(tmp_path)
     assert trials and all(r.info.status != "RUNNING" for r in trials)
     assert any(r.data.tags["finesweep.end_state"].startswith("stopped_by_time_budget_at_step_") for r in trials)
     assert (sweep_dir / "export" / "model" / "model.safetensors").is_file()
+    working = _trial_working_dirs(sweep_dir)  # a trial stopped by the budget ends with no clean-up of its own
+    assert working and not [str(p) for folder in working for p in folder.glob("finesweep-*")]
