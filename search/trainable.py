@@ -212,12 +212,15 @@ def _restored_checkpoint(output_dir: Path) -> str | None:
     return copy_checkpoint(tune.get_checkpoint(), output_dir)
 
 
+SCRATCH_PREFIX = "finesweep-"  # scratch_dir names the folder so; the sweep's end finds it by it
+
+
 def scratch_dir(name: str) -> Path:
     """Where the Trainer writes its own checkpoints: under the process's working directory, which Tune and Ray Train
     make a per-trial folder on the worker's node that is never uploaded. Not the trial dir: Tune uploads that with its
     experiment state (every second here), and each upload copied every checkpoint the Trainer had at that moment
     into the sweep folder (5 GB for the example). What the sweep keeps is what the trial reports (CheckpointConfig)."""
-    return Path.cwd() / f"finesweep-{name}"
+    return Path.cwd() / f"{SCRATCH_PREFIX}{name}"
 
 
 def remove_scratch_left_here(tune_experiment: str) -> None:
@@ -228,7 +231,7 @@ def remove_scratch_left_here(tune_experiment: str) -> None:
 
     from ray.train.constants import _get_ray_train_session_dir  # where Ray puts trials' working dirs (ray 2.60)
 
-    for folder in Path(_get_ray_train_session_dir()).glob(f"*/{tune_experiment}/working_dirs/*/finesweep-*"):
+    for folder in Path(_get_ray_train_session_dir()).glob(f"*/{tune_experiment}/working_dirs/*/{SCRATCH_PREFIX}*"):
         shutil.rmtree(folder, ignore_errors=True)
 
 
