@@ -67,7 +67,7 @@ def _ray_environment(address: str | None) -> None:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # reachable from this machine only: a token adds nothing
     else:
-        from finesweep.search.tune import check_reachable
+        from finesweep.search.tuning.ray_cluster import check_reachable
 
         check_reachable(address)  # before data and probe, which take minutes
 
@@ -104,7 +104,7 @@ def data(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
     _quiet_libraries(verbose)
     with user_errors():
         config = _load(sweep_file)
-        from finesweep.search.report import Console
+        from finesweep.search.outputs.console import Console
         from finesweep.search.sweep import prepare_data, sweep_folder
 
         prepare_data(config, sweep_folder(config), Console())
@@ -118,13 +118,13 @@ def probe(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
     with user_errors():
         config = _load(sweep_file)
         from finesweep.search import sweep
-        from finesweep.search.report import Console
+        from finesweep.search.outputs.console import Console
 
         console, folder = Console(), sweep.sweep_folder(config)
         device = sweep.resolve_device()
         precisions = sweep.usable_precisions([p.value for p in config.space.precision], device)
         prepared = sweep.prepare_data(config, folder, console)
-        sweep.probe(config, folder, device, precisions, prepared, console)
+        sweep.measure_memory(config, folder, device, precisions, prepared, console)
 
 
 @app.command()
@@ -177,7 +177,7 @@ def resume(sweep: Path = SweepArg,
 
 def _reachable_run(tracker, run_id: str):
     """The run, after the tracker's retries; a server that stays down is the user's to start, not a traceback."""
-    from finesweep.search.tracking import TrackingUnavailable
+    from finesweep.search.tracking.client import TrackingUnavailable
     from finesweep.spaces import SweepFileError
 
     try:
@@ -195,8 +195,9 @@ def status(sweep: Path = SweepArg, tracking_uri: Optional[str] = typer.Option(No
     _quiet_libraries(False)
     with user_errors():
         uri, state = _store_of(sweep, tracking_uri)
-        from finesweep.search.report import Console, leaderboard_table
-        from finesweep.search.tracking import Tracker
+        from finesweep.search.outputs.console import Console, leaderboard_table
+        from finesweep.search.tracking.client import Tracker
+        from finesweep.search.tracking.tags import BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG
 
         tracker = Tracker(uri)
         parent = _reachable_run(tracker, state["parent_run_id"])
@@ -204,8 +205,8 @@ def status(sweep: Path = SweepArg, tracking_uri: Optional[str] = typer.Option(No
         mode = mode or parent.data.params.get("search.mode", "min")
         Console().out.print(leaderboard_table(tracker, state["experiment_id"], state["parent_run_id"], metric, mode))
         tags = parent.data.tags
-        if "finesweep.best_run_id" in tags:
-            typer.echo(f"best: trial {tags.get('finesweep.best_trial')} at step {tags.get('finesweep.best_step')}")
+        if BEST_RUN_TAG in tags:
+            typer.echo(f"best: trial {tags.get(BEST_TRIAL_TAG)} at step {tags.get(BEST_STEP_TAG)}")
 
 
 app.command(name="best", help="Same as status: the leaderboard, best first.")(status)
@@ -218,8 +219,9 @@ def sync(sweep: Path = SweepArg,
     _quiet_libraries(False)
     with user_errors():
         uri, state = _store_of(sweep, tracking_uri)
-    from finesweep.search.spool import SPOOL_FOLDER, Spool, remap_sweep_files, replay
-    from finesweep.search.tracking import TrackingUnavailable
+    from finesweep.search.tracking.spool import SPOOL_FOLDER, Spool
+    from finesweep.search.tracking.sync import remap_sweep_files, replay
+    from finesweep.search.tracking.client import TrackingUnavailable
 
     root = Path(state["root"])
     spool = Spool(root / SPOOL_FOLDER)

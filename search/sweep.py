@@ -10,11 +10,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from finesweep.search.device import Device, check_deepspeed, resolve_device, usable_precisions
-from finesweep.search.report import Console
-from finesweep.search.spool import SPOOL_FOLDER
-from finesweep.search.tracking import Tracker, default_tracking_uri
+from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_precisions
+from finesweep.search.outputs.console import Console
+from finesweep.search.tracking.spool import SPOOL_FOLDER
+from finesweep.search.tracking.client import Tracker, default_tracking_uri
+from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEVICE_TAG, GIT_COMMIT_TAG,
+                                            GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
 from finesweep.spaces import SweepConfig
+from finesweep.spaces.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +66,8 @@ def prepare_data(config: SweepConfig, folder: SweepFolder, console: Console) -> 
     """Load, clean, split; then tokenize once per candidate (cached by content). The length histogram's PNG
     is at `prepared.length_plot` (next to report.json), for the parent run."""
     from finesweep.trainer import data, models
-    from finesweep.trainer.lengths import covering_length, percentiles, token_lengths
-    from finesweep.trainer.tokenizing import model_vocab_size
+    from finesweep.trainer.data.lengths import covering_length, percentiles, token_lengths
+    from finesweep.trainer.models import model_vocab_size
 
     prepared = data.prepare(config.data, config.seed, folder.cache)
     tokenizers = {name: models.load_tokenizer(config.candidate(name), config.trust_remote_code) for name in config.model_names}
@@ -89,9 +92,9 @@ def _model_limit(tokenizer) -> int | None:
     return limit if isinstance(limit, int) and limit < 1_000_000 else None
 
 
-def probe(config: SweepConfig, folder: SweepFolder, device: Device, precisions: list[str],
+def measure_memory(config: SweepConfig, folder: SweepFolder, device: Device, precisions: list[str],
           data: PreparedSweep, console: Console) -> dict[str, Any]:
-    from finesweep.search.probe import probe_all
+    from finesweep.search.probe.table import probe_all
 
     console.step("Probing memory: largest micro-batch per model, precision and method")
     labels = len(data.prepared.label_names or []) or 2
@@ -102,11 +105,11 @@ def probe(config: SweepConfig, folder: SweepFolder, device: Device, precisions: 
 
 def start_parent_run(config: SweepConfig, folder: SweepFolder, tracker: Tracker, device: Device) -> tuple[str, str]:
     experiment_id = tracker.experiment(config.tracking.experiment or config.name, folder.root / "mlartifacts")
-    parent = tracker.start_run(experiment_id, f"sweep-{time.strftime('%Y%m%d-%H%M%S')}", {"finesweep.kind": "sweep"})
+    parent = tracker.start_run(experiment_id, f"sweep-{time.strftime('%Y%m%d-%H%M%S')}", {KIND_TAG: "sweep"})
     tracker.log_params(parent, _flatten(config.model_dump(mode="json")))
     tracker.log_json(parent, config.model_dump(mode="json"), "sweep.json")
-    tracker.set_tags(parent, {"finesweep.python": platform.python_version(), **_library_versions(), **_git_tags(Path.cwd()),
-                              "finesweep.device": f"{device.count} x {device.kind} ({device.name})"})
+    tracker.set_tags(parent, {PYTHON_TAG: platform.python_version(), **_library_versions(), **_git_tags(Path.cwd()),
+                              DEVICE_TAG: f"{device.count} x {device.kind} ({device.name})"})
     tracker.log_json(parent, _hardware(device), "hardware.json")
     return experiment_id, parent
 
@@ -137,7 +140,7 @@ class Session:
 
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console) -> Session:
     """Data and probe (both cached by content, so a resume redoes neither) and the tracking store."""
-    from finesweep.search.export import check_backends
+    from finesweep.search.outputs.export import check_backends
 
     check_backends(config)
     device = resolve_device()
@@ -146,7 +149,7 @@ def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, co
     precisions = usable_precisions([p.value for p in config.space.precision], device)
     console.header(config, device, folder.root)
     data = prepare_data(config, folder, console)
-    probes = probe(config, folder, device, precisions, data, console)
+    probes = measure_memory(config, folder, device, precisions, data, console)
     config = drop_unfit_models(config, probes, console)
     tracker = Tracker(tracking_uri or config.tracking.uri or default_tracking_uri(folder.root), folder.root / SPOOL_FOLDER)
     return Session(config, folder, data, probes, precisions, tracker, console, device)
@@ -208,11 +211,11 @@ def read_state(sweep_dir: Path) -> dict[str, Any]:
 
 
 def _save_state(session: Session, tune_experiment: str) -> None:
-    session.folder.state_file.write_text(json.dumps({
+    write_json_atomic(session.folder.state_file, {
         "root": str(session.folder.root), "config": session.config.model_dump(mode="json"),
         "tracking_uri": session.tracker.uri, "experiment_id": session.experiment_id,
         "parent_run_id": session.parent, "tune_experiment": tune_experiment,
-    }, indent=1))
+    }, indent=1)
 
 
 def _search_and_export(session: Session, address: str | None, tune_experiment: str, resume: bool) -> dict[str, Any]:
@@ -226,7 +229,7 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
     summary["wall_seconds"] = round(time.perf_counter() - session.started, 1)
     tracker.log_metrics(session.parent, {"sweep_wall_seconds": summary["wall_seconds"]}, 0)
     tracker.finish(session.parent)
-    (session.folder.root / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    write_json_atomic(session.folder.root / "summary.json", summary)
     session.console.done(summary, tracker.uri, session.experiment_id)
     if note := tracker.spool_note(session.folder.root):
         session.console.warn(note)
@@ -234,11 +237,13 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
 
 
 def _search(session: Session, address: str | None, tune_experiment: str, resume: bool):
-    from finesweep.search.pareto import pick_export
-    from finesweep.search.recovery import drop_runs_of_unsaved_trials
-    from finesweep.search.trainable import TrialContext, remove_scratch_left_here
-    from finesweep.search.tune import (TrialEndRecorder, TuneSetup, budget_end_state, make_tuner, restore_tuner,
-                                       start_ray)
+    from finesweep.search.outputs.pareto_report import pick_export
+    from finesweep.search.tuning.recovery import drop_runs_of_unsaved_trials
+    from finesweep.search.tuning.callbacks import TrialEndRecorder, budget_end_state
+    from finesweep.search.tuning.context import TrialContext
+    from finesweep.search.tuning.ray_cluster import start_ray
+    from finesweep.search.tuning.scratch import remove_scratch_left_here
+    from finesweep.search.tuning.tuner import TuneSetup, make_tuner, restore_tuner
     from finesweep.spaces.grid import fit_to_grid
 
     config, tracker = session.config, session.tracker
@@ -262,7 +267,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     results = (restore_tuner(config, setup) if resume else make_tuner(config, setup)).fit()
     remove_scratch_left_here(tune_experiment)
     recorder.close_unfinished(budget_end_state(config, results))
-    from finesweep.search.plots import log_sweep_plots  # never raises: a plot failure must not fail the sweep
+    from finesweep.search.outputs.plots import log_sweep_plots  # never raises: a plot failure must not fail the sweep
 
     log_sweep_plots(config, tracker, session.experiment_id, session.parent, session.precisions,
                     session.folder.root / "plots", session.console.warn)
@@ -274,13 +279,12 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
 def _finish(session: Session, best) -> dict[str, Any]:
     tracker, parent, console = session.tracker, session.parent, session.console
     if best is None:
-        tracker.set_tags(parent, {"finesweep.outcome": "no trial produced an evaluation"})
+        tracker.set_tags(parent, {OUTCOME_TAG: "no trial produced an evaluation"})
         console.warn("No trial reported an evaluation: nothing to export. See the failed trials above.")
         return {"best": None}
-    tracker.set_tags(parent, {"finesweep.best_run_id": best.mlflow_run_id, "finesweep.best_step": best.step,
-                              "finesweep.best_trial": best.trial_id})
+    tracker.set_tags(parent, {BEST_RUN_TAG: best.mlflow_run_id, BEST_STEP_TAG: best.step, BEST_TRIAL_TAG: best.trial_id})
     tracker.log_metrics(parent, {f"best_{best.metric}": best.value}, best.step)
-    exported = export(session.config, session.folder, session.data, best, console)
+    exported = export_winner(session.config, session.folder, session.data, best, console)
     registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)
     return {"best": best.as_dict(), "export_dir": str(exported.folder), "test_metrics": exported.metrics,
             "warnings": exported.warnings, "registered": registered}
@@ -291,7 +295,7 @@ def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, par
     """The export's test metrics, model card and metrics.json on the parent run, and its variants registered
     (when export.register_model). Returns the registered model URIs. A registry that refuses (an old server, a
     file store) costs a warning, never the export on disk."""
-    from finesweep.search.registry import register_export
+    from finesweep.search.tracking.registry import register_export
 
     for variant, metrics in exported.metrics.items():
         tracker.log_metrics(parent, {f"test_{variant}_{k}": v for k, v in metrics.items()}, 0)
@@ -313,8 +317,8 @@ def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, par
 def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | None,
              console: Console | None = None):
     """Export a finished sweep's best checkpoint again, with other quantizations or into another folder."""
-    from finesweep.search.best import Best
-    from finesweep.search.export import check_backends
+    from finesweep.search.selection.best import Best
+    from finesweep.search.outputs.export import check_backends
 
     console = console or Console()
     state = read_state(sweep_dir)
@@ -331,14 +335,14 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
                                          "export": {**config.export.model_dump(mode="json"), **updates}})
     best = Best.from_dict(saved)
     check_backends(config)
-    exported = export(config, folder, prepare_data(config, folder, console), best, console)
+    exported = export_winner(config, folder, prepare_data(config, folder, console), best, console)
     record_export(config, Tracker(state["tracking_uri"]), state["experiment_id"], state["parent_run_id"], exported,
                   best, console)
     return exported
 
 
-def export(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console):
-    from finesweep.search.export import export_best
+def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console):
+    from finesweep.search.outputs.export import export_best
     from finesweep.trainer import data as data_module
     from finesweep.trainer.models import load_tokenizer
 
@@ -378,7 +382,7 @@ def _git_tags(folder: Path) -> dict[str, str]:
     commit = git("rev-parse", "HEAD")
     if not commit:
         return {}
-    return {"mlflow.source.git.commit": commit, "finesweep.git_dirty": str(bool(git("status", "--porcelain")))}
+    return {GIT_COMMIT_TAG: commit, GIT_DIRTY_TAG: str(bool(git("status", "--porcelain")))}
 
 
 def _library_versions() -> dict[str, str]:

@@ -12,8 +12,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# The transformers auto class a model of each task loads with (by name: the model card writes it in its code).
+AUTO_CLASS_NAMES = {Task.classification: "AutoModelForSequenceClassification", Task.causal_lm: "AutoModelForCausalLM"}
 
-def _source(candidate: ModelCandidate, trust_remote_code: bool) -> tuple[str, dict[str, Any]]:
+
+def auto_model_class(task: Task | str) -> Any:
+    """The transformers auto class a model of `task` loads with."""
+    import transformers
+
+    return getattr(transformers, AUTO_CLASS_NAMES[Task(task)])
+
+
+def with_pad_token(tokenizer: "PreTrainedTokenizerBase", name: str = "") -> "PreTrainedTokenizerBase":
+    """A tokenizer without a pad token pads with its end-of-sequence token (set on the tokenizer, so a tokenizer saved
+    with a model pads the way the trials did)."""
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        log.info("%s: tokenizer has no pad token; padding with its end-of-sequence token", name or "model")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def model_source(candidate: ModelCandidate, trust_remote_code: bool) -> tuple[str, dict[str, Any]]:
     """What from_pretrained is given: the folder or hub id, and the keyword arguments every load shares."""
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if candidate.gguf_file:
@@ -27,12 +46,8 @@ def load_tokenizer(candidate: ModelCandidate, trust_remote_code: bool = False) -
     """The candidate's own tokenizer; a tokenizer without a pad token pads with its end-of-sequence token."""
     from transformers import AutoTokenizer
 
-    source, kwargs = _source(candidate, trust_remote_code)
-    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-        log.info("%s: tokenizer has no pad token; padding with its end-of-sequence token", candidate.name)
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
+    source, kwargs = model_source(candidate, trust_remote_code)
+    return with_pad_token(AutoTokenizer.from_pretrained(source, **kwargs), candidate.name)
 
 
 def load_model(
@@ -43,9 +58,7 @@ def load_model(
     **extra: Any,
 ) -> "PreTrainedModel":
     """Load the candidate for `task`; classification gets a head sized and named by `label_names`."""
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
-    source, kwargs = _source(candidate, trust_remote_code)
+    source, kwargs = model_source(candidate, trust_remote_code)
     kwargs.update(candidate.config_overrides)
     kwargs.update(extra)
     if task == Task.classification:
@@ -56,18 +69,12 @@ def load_model(
             id2label=dict(enumerate(label_names)),
             label2id={name: i for i, name in enumerate(label_names)},
         )
-        model = AutoModelForSequenceClassification.from_pretrained(source, **kwargs)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
-    return model
+    return auto_model_class(task).from_pretrained(source, **kwargs)
 
 
 def load_checkpoint(folder: str, task: Task, **extra: Any) -> "PreTrainedModel":
     """A model saved by a trial or an export (config and safetensors in `folder`; labels in its config)."""
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
-    auto = AutoModelForSequenceClassification if task == Task.classification else AutoModelForCausalLM
-    return auto.from_pretrained(folder, **extra)
+    return auto_model_class(task).from_pretrained(folder, **extra)
 
 
 def apply_lora(model: "PreTrainedModel", task: Task, r: int, alpha: int, dropout: float) -> "PreTrainedModel":
@@ -78,3 +85,13 @@ def apply_lora(model: "PreTrainedModel", task: Task, r: int, alpha: int, dropout
     config = LoraConfig(task_type=task_type, r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules="all-linear")
     return get_peft_model(model, config)
 
+
+def model_vocab_size(candidate: ModelCandidate, trust_remote_code: bool = False) -> int | None:
+    """Rows of the candidate's embedding matrix, from its config (config_overrides applied); None if unknown."""
+    from transformers import AutoConfig
+
+    source, kwargs = model_source(candidate, trust_remote_code)
+    config = AutoConfig.from_pretrained(source, **kwargs)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab = candidate.config_overrides.get("vocab_size", getattr(text_config, "vocab_size", None))
+    return vocab if isinstance(vocab, int) else None

@@ -38,10 +38,9 @@ def folder_task(model_dir: Path) -> Task:
 
 
 def _load(model_dir: Path, task: Task) -> Any:
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    from finesweep.trainer.models import auto_model_class
 
-    auto = AutoModelForSequenceClassification if task == Task.classification else AutoModelForCausalLM
-    model = auto.from_pretrained(model_dir)
+    model = auto_model_class(task).from_pretrained(model_dir)
     model.eval()
     if model.config.pad_token_id is None:
         # Heads such as GPT-2's classifier find each row's last token through the pad id; without it a batch fails.

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from finesweep.spaces import Quantization, Task
+from finesweep.trainer.models import auto_model_class
 
 if TYPE_CHECKING:
     from transformers import BitsAndBytesConfig, PreTrainedModel
@@ -52,13 +53,6 @@ def load_quantized(full_dir: Path, method: Quantization, task: Task) -> "PreTrai
     return _load_quantized(Path(full_dir), method, task, skip)
 
 
-def _auto_class(task: Task):
-    """The transformers auto class a checkpoint of `task` loads with."""
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
-    return AutoModelForSequenceClassification if Task(task) == Task.classification else AutoModelForCausalLM
-
-
 def _device() -> str:
     import torch
 
@@ -69,7 +63,7 @@ def _load_quantized(full_dir: Path, method: Quantization, task: Task, skip: list
     """The checkpoint loaded through its quantization config, weights quantized on load."""
     device = _device()
     config = _quantization_config(method, device, skip)
-    return _auto_class(task).from_pretrained(full_dir, quantization_config=config, device_map=device)
+    return auto_model_class(task).from_pretrained(full_dir, quantization_config=config, device_map=device)
 
 
 # The package each method needs, and how a user gets it.
@@ -147,7 +141,7 @@ def _meta_model(full_dir: Path, task: Task) -> "PreTrainedModel":
 
     config = AutoConfig.from_pretrained(full_dir)
     with torch.device("meta"):
-        return _auto_class(task).from_config(config)
+        return auto_model_class(task).from_config(config)
 
 
 def _output_embeddings_of(model: "PreTrainedModel"):

@@ -16,9 +16,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from finesweep.search import probe
-from finesweep.search.device import resolve_device
-from finesweep.search.probe import SAFETY_MARGIN, ProbeWorker
+from finesweep.search.probe import table as probe
+from finesweep.search.probe.device import resolve_device
+from finesweep.search.probe.batch_search import SAFETY_MARGIN
+from finesweep.search.probe.worker import ProbeWorker
 from finesweep.trainer.probe_step import ProbeRequest
 
 CAP = 256  # the largest effective batch of the imagined sweep: finesweep never tries above it

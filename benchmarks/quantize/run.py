@@ -67,7 +67,7 @@ def recipe(config: Any, index: int) -> dict[str, Any]:
 def prepare_data(config: Any, model_name: str, cache: Path) -> tuple[Path, list[str], Any]:
     """The example's splits tokenized for `model_name` exactly as a sweep does it (cached by content)."""
     from finesweep.trainer import data, models
-    from finesweep.trainer.tokenizing import model_vocab_size
+    from finesweep.trainer.models import model_vocab_size
 
     if config.data.max_seq_len is None:
         raise SystemExit("data.max_seq_len: the benchmark needs it set in the sweep file (tweets.yaml sets 64)")
@@ -86,7 +86,7 @@ class BestKeeper:
     """A trial sink that keeps a copy of the best evaluation's model, as the sweep keeps the best reported checkpoint.
 
     The trial keeps only its latest checkpoint (save_total_limit=1); Tune copies each reported one in a sweep.
-    Ties go to the earlier step, as in search/best.py.
+    Ties go to the earlier step, as in search/selection/best.py.
     """
 
     metric: str

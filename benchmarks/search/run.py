@@ -209,7 +209,7 @@ def tokenized_splits(s: Settings) -> tuple[Any, list[str], Any, Any]:
     """The same splits, tokenized for the same model, through finesweep's data pipeline (cached by content)."""
     from finesweep.spaces import load
     from finesweep.trainer import data, models
-    from finesweep.trainer.tokenizing import model_vocab_size
+    from finesweep.trainer.models import model_vocab_size
 
     path = s.work / "hf-data.yaml"
     path.write_text(yaml.safe_dump(sweep_file("random", 0, s), sort_keys=False))

@@ -6,7 +6,7 @@ in one process, in a balanced order (`schedule`: none sqlite server, server none
 repeats; every arm has the same mean position, so a steady drift of the shared machine shifts all arms alike):
 
 - none:   a sink that only keeps the numbers; no Tracker at all.
-- sqlite: the trial's real tracking path (search/trainable.py `run_trial` without Ray): a Tracker built as a trial
+- sqlite: the trial's real tracking path (search/tuning/trainable.py `run_trial` without Ray): a Tracker built as a trial
           builds it (tracking URI + the sweep's spool folder), the lookup of the trial's run, `start_run` nested
           under a parent run, `log_params`, the real `TuneMlflowSink` (every log line and every evaluation to MLflow;
           its `tune.report` is a no-op outside a Tune session), and the end tags + `finish`. Store: the embedded
@@ -167,10 +167,10 @@ def sweep_config(args: argparse.Namespace) -> Any:
 
 def setup(args: argparse.Namespace, work: Path) -> Setup:
     """The data prepared and tokenized as a sweep does it, and the trial's recipe (finesweep's build_plan inputs)."""
-    from finesweep.search.probe import combination_key
-    from finesweep.search.trainable import TrialContext
+    from finesweep.search.probe.table import combination_key
+    from finesweep.search.tuning.trainable import TrialContext
     from finesweep.trainer import data, models
-    from finesweep.trainer.tokenizing import model_vocab_size
+    from finesweep.trainer.models import model_vocab_size
 
     config = sweep_config(args)
     candidate = config.candidate(MODEL)
@@ -189,7 +189,7 @@ def setup(args: argparse.Namespace, work: Path) -> Setup:
 
 
 def run_untracked(s: Setup, order: int) -> Run:
-    from finesweep.search.trainable import build_plan
+    from finesweep.search.tuning.trainable import build_plan
     from finesweep.trainer.trial import train
 
     out = s.work / f"trial-{order}"
@@ -203,10 +203,11 @@ def run_untracked(s: Setup, order: int) -> Run:
 
 
 def run_tracked(s: Setup, arm: str, store: dict[str, str], order: int) -> Run:
-    """search/trainable.py `run_trial` step by step, without Ray (its `sink_for` and `record_end` are the
+    """search/tuning/trainable.py `run_trial` step by step, without Ray (its `sink_for` and `record_end` are the
     real code a trial runs; a Tune session's trial id and name are made up here)."""
-    from finesweep.search.tracking import TRIAL_TAG, Tracker
-    from finesweep.search.trainable import record_end, sink_for, build_plan
+    from finesweep.search.tracking.client import Tracker
+    from finesweep.search.tracking.tags import TRIAL_TAG
+    from finesweep.search.tuning.trainable import record_end, sink_for, build_plan
     from finesweep.trainer.trial import train
 
     out, calls = s.work / f"trial-{order}", []

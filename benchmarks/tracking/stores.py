@@ -84,8 +84,8 @@ def group_cpu_s(pgid: int) -> float | None:
 
 def open_store(uri: str, sweep_dir: Path) -> dict[str, str]:
     """The sweep's experiment and parent run, as a sweep starts them (not part of any trial's time)."""
-    from finesweep.search.spool import SPOOL_FOLDER
-    from finesweep.search.tracking import Tracker
+    from finesweep.search.tracking.spool import SPOOL_FOLDER
+    from finesweep.search.tracking.client import Tracker
 
     sweep_dir.mkdir(parents=True, exist_ok=True)
     spool = str(sweep_dir / SPOOL_FOLDER)
@@ -98,7 +98,8 @@ def open_store(uri: str, sweep_dir: Path) -> dict[str, str]:
 def cold_calls(store: dict[str, str]) -> dict[str, float]:
     """In a fresh process (a new Ray worker's first trial): Tracker() with its import of mlflow and the first
     calls, which open the store (SQLAlchemy engine) or the HTTP connection; then the same call again, warm."""
-    from finesweep.search.tracking import TRIAL_TAG, Tracker
+    from finesweep.search.tracking.client import Tracker
+    from finesweep.search.tracking.tags import TRIAL_TAG
 
     times: dict[str, float] = {}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from finesweep.search.best import pick_best
+from finesweep.search.selection.best import pick_best
 
 
 def result(trial_id: str, evaluations: list[tuple[int, float]], config: dict | None = None):
@@ -38,14 +38,14 @@ def test_nan_and_missing_values_are_ignored_and_nothing_gives_none():
 def test_best_survives_summary_json():
     import json
 
-    from finesweep.search.best import Best
+    from finesweep.search.selection.best import Best
 
     best = pick_best([result("a", [(10, 0.6), (20, 0.9)])], "acc", "max")
     assert Best.from_dict(json.loads(json.dumps(best.as_dict()))) == best
 
 
 def test_checkpoint_score_orders_by_metric_then_earlier_step():
-    from finesweep.search.best import checkpoint_score
+    from finesweep.search.selection.best import checkpoint_score
 
     assert checkpoint_score(0.9, 400, "max") > checkpoint_score(0.8, 10, "max")
     assert checkpoint_score(0.4, 400, "min") > checkpoint_score(0.5, 10, "min")
@@ -60,7 +60,7 @@ def _tied_trial(config):
 
     from ray import tune
 
-    from finesweep.search.best import CHECKPOINT_SCORE, checkpoint_score
+    from finesweep.search.selection.best import CHECKPOINT_SCORE, checkpoint_score
 
     for step in range(10, 60, 10):
         with tempfile.TemporaryDirectory() as folder:
@@ -77,7 +77,8 @@ def test_tune_keeps_the_earliest_of_tied_checkpoints(tmp_path):
     import ray
     from ray import tune
 
-    from finesweep.search.tune import checkpoint_config, start_ray
+    from finesweep.search.tuning.tuner import checkpoint_config
+    from finesweep.search.tuning.ray_cluster import start_ray
     from finesweep.spaces import SweepConfig
 
     config = SweepConfig.model_validate({"name": "tie", "data": {"path": "x.csv"}, "models": [{"name": "m", "path": "m"}],

@@ -1,4 +1,4 @@
-"""A trial is judged by its best evaluation so far (search/best.py BEST_SO_FAR): reported with every evaluation,
+"""A trial is judged by its best evaluation so far (search/selection/best.py BEST_SO_FAR): reported with every evaluation,
 carried across a resume, and what Optuna is told when the trial ends (the export picks over all evaluations too)."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from finesweep.search.best import BEST_SO_FAR, CHECKPOINT_SCORE, checkpoint_score
-from finesweep.search.trainable import TuneMlflowSink, sink_for
-from finesweep.search.tracking import Tracker, default_tracking_uri
+from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE, checkpoint_score
+from finesweep.search.tuning.sink import TuneMlflowSink
+from finesweep.search.tuning.trainable import sink_for
+from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.spaces import SweepConfig
 
 MINIMAL = {"name": "s", "data": {"path": "data.csv"}, "models": [{"name": "m", "path": "model"}]}
@@ -65,7 +66,7 @@ def test_a_resumed_trial_starts_from_the_best_evaluation_in_its_checkpoint(tmp_p
 
 def test_optuna_is_told_the_trials_best_evaluation_not_its_last(tmp_path):
     """The sweep's searcher, driven through Ray's Searcher interface as Tune drives it, with the sink's reports."""
-    from finesweep.search.tune import make_searcher
+    from finesweep.search.tuning.tuner import make_searcher
 
     config = SweepConfig.model_validate({**MINIMAL, "space": {"precision": ["fp32"]},
                                          "search": {"metric": "eval_loss", "mode": "min", "num_trials": 2}})

@@ -141,7 +141,8 @@ def _trial_working_dirs(sweep_dir: Path) -> list[Path]:
     from ray._common.utils import get_default_ray_temp_dir
 
     experiment = json.loads((sweep_dir / "sweep-state.json").read_text())["tune_experiment"]
-    return list(Path(get_default_ray_temp_dir()).glob(f"session_*/artifacts/*/{experiment}/working_dirs/trial-*"))
+    found = Path(get_default_ray_temp_dir()).glob(f"session_*/artifacts/*/{experiment}/working_dirs/trial-*")
+    return sorted({path.resolve() for path in found})  # session_latest is a link to the newest session's folder
 
 
 def test_best_is_the_best_evaluation_of_all_trials(finished_sweep):

@@ -24,7 +24,7 @@ def _agree(rank: int, world: int, port: int, local: tuple[int, int], out: str) -
     """One rank of a real gloo process group: its own (micro, eval) batches in, the agreed ones written out."""
     import torch.distributed as dist
 
-    from finesweep.search.distributed import agreed_minimum
+    from finesweep.search.tuning.distributed import agreed_minimum
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:

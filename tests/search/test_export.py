@@ -41,7 +41,7 @@ def _config(model_path: Path, task: str = "classification", quantization=("int8"
 def exported(tiny_classifier, tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from finesweep.search.export import export_best
+    from finesweep.search.outputs.export import export_best
 
     checkpoint = train_classifier(tiny_classifier, tmp_path_factory.mktemp("checkpoint-40"))
     tokenizer = AutoTokenizer.from_pretrained(tiny_classifier)
@@ -107,7 +107,7 @@ def test_model_card_names_params_and_both_metric_sets(exported):
 
 
 def test_drop_warnings_accuracy_absolute_perplexity_relative():
-    from finesweep.search.export import drop_warnings
+    from finesweep.search.outputs.export import drop_warnings
 
     cls = {"full": {"accuracy": 0.80}, "int8": {"accuracy": 0.777}, "nf4": {"accuracy": 0.795}}
     assert drop_warnings(cls, Task.classification, 0.01) == [
@@ -122,7 +122,7 @@ def test_export_merges_a_lora_adapter_causal_lm(tiny_causal_lm, tmp_path):
     """A LoRA trial checkpoint (adapter only) is merged onto its base; nf4 is measured too."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from finesweep.search.export import export_best
+    from finesweep.search.outputs.export import export_best
     from finesweep.trainer.models import apply_lora
 
     model = apply_lora(AutoModelForCausalLM.from_pretrained(tiny_causal_lm), Task.causal_lm, r=4, alpha=8, dropout=0.0)
@@ -168,7 +168,7 @@ def test_export_merges_a_lora_classifier_with_labels_from_the_split(tiny_classif
     from datasets import ClassLabel
     from transformers import AutoTokenizer
 
-    from finesweep.search.export import export_best
+    from finesweep.search.outputs.export import export_best
     from finesweep.trainer.models import apply_lora, load_model
 
     config = _config(tiny_classifier)

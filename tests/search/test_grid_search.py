@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import optuna
 
-from finesweep.search.tune import DistinctGridSampler
+from finesweep.search.tuning.samplers import DistinctGridSampler
 from finesweep.spaces import suggest
 from finesweep.spaces.config import SpaceConfig
 from finesweep.spaces.grid import grid, grid_points, grid_size
@@ -52,7 +52,7 @@ def test_the_seed_fixes_the_order_so_a_partial_grid_is_reproducible():
 
 
 def test_tpe_starts_from_the_trials_a_step_budget_pays_for():
-    from finesweep.search.tune import planned_trials
+    from finesweep.search.tuning.samplers import planned_trials
     from finesweep.spaces import SweepConfig
 
     def config(**search):

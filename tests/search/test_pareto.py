@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from finesweep.search.best import BEST_SO_FAR, Best, best_of
-from finesweep.search.pareto import (THROUGHPUT, TrialPoint, dominates, pareto_front, pick_point, search_objectives,
+from finesweep.search.selection.best import BEST_SO_FAR, Best, best_of
+from finesweep.search.selection.pareto import (THROUGHPUT, TrialPoint, dominates, pareto_front, pick_point, search_objectives,
                                      trial_points, within)
 from finesweep.spaces import SweepConfig, SweepFileError, load
 
@@ -156,7 +156,7 @@ def _fake_trial(params):
     """Three evaluations with checkpoints; quality from the learning rate, speed from the batch (each trial's own)."""
     from ray import tune
 
-    from finesweep.search.best import CHECKPOINT_SCORE, checkpoint_score
+    from finesweep.search.selection.best import CHECKPOINT_SCORE, checkpoint_score
 
     speed = 100.0 / params["effective_batch_size"] + params["learning_rate"]
     values = []
@@ -177,7 +177,8 @@ def test_optuna_is_told_each_trials_metric_and_throughput_as_two_objectives(tmp_
     import ray
     from ray import tune
 
-    from finesweep.search.tune import checkpoint_config, make_scheduler, make_searcher, start_ray
+    from finesweep.search.tuning.tuner import checkpoint_config, make_scheduler, make_searcher
+    from finesweep.search.tuning.ray_cluster import start_ray
 
     config = SweepConfig.model_validate({**MINIMAL, "space": {"effective_batch_size": [4, 8, 16], "precision": ["fp32"]},
                                          "search": {"metric": "acc", "mode": "max", "second_objective": "throughput",

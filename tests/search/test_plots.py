@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from finesweep.search.plots import log_sweep_plots, replay_study, trial_curves
-from finesweep.search.probe import combination_key
-from finesweep.search.trainable import TrialContext, build_plan
-from finesweep.search.tracking import END_STATE_TAG, TRIAL_TAG, Tracker, default_tracking_uri
+from finesweep.search.outputs.plots import log_sweep_plots, replay_study, trial_curves
+from finesweep.search.probe.table import combination_key
+from finesweep.search.tuning.trainable import TrialContext, build_plan
+from finesweep.search.tracking.client import Tracker, default_tracking_uri
+from finesweep.search.tracking.tags import END_STATE_TAG, TRIAL_TAG
 from finesweep.spaces import SweepConfig
 
 PLOTS = {"optimization_history.png", "parallel_coordinate.png", "param_importances.png", "learning_curves.png"}

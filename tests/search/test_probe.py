@@ -8,11 +8,12 @@ from dataclasses import asdict
 import pytest
 import yaml
 
-from finesweep.search import probe as probe_module
-from finesweep.search.device import Device, resolve_device
-from finesweep.search.probe import (SAFETY_MARGIN, SEED_BATCHES, ProbeError, ProbeResult, ProbeWorker, fastest_batch,
-                                    find_eval_batch, find_max_micro_batch, predict_max_batch, probe_all,
-                                    throughput_candidates)
+from finesweep.search.probe import table as probe_module
+from finesweep.search.probe.device import Device, resolve_device
+from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, ProbeError, fastest_batch, find_eval_batch,
+                                                 find_max_micro_batch, predict_max_batch, throughput_candidates)
+from finesweep.search.probe.table import ProbeResult, probe_all
+from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import ModelCandidate, SweepConfig
 from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest
 
@@ -240,8 +241,8 @@ def test_cuda_probe_catches_real_out_of_memory_and_finds_the_budget_limit(tiny_c
 
 
 def test_trials_running_at_once_share_the_cpu_budget():
-    from finesweep.search.device import Device
-    from finesweep.search.probe import memory_budget
+    from finesweep.search.probe.device import Device
+    from finesweep.search.probe.table import memory_budget
     from finesweep.spaces import SweepConfig
 
     def config(concurrent: int) -> SweepConfig:

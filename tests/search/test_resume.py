@@ -82,7 +82,7 @@ def _crash(process: subprocess.Popen) -> None:
 def _saved_checkpoints_of_running_trials(sweep_dir: Path) -> dict[Path, str]:
     """trial folder -> the checkpoint Tune's newest saved state names as the trial's latest, for running trials whose
     checkpoint is on disk."""
-    from finesweep.search.recovery import saved_trials
+    from finesweep.search.tuning.recovery import saved_trials
 
     named = {}
     for experiment in sweep_dir.glob("tune/*/"):

@@ -11,8 +11,8 @@ def test_the_driver_removes_its_sweeps_scratch_folders_and_no_other_sweeps():
     import ray
     from ray.train.constants import _get_ray_train_session_dir
 
-    from finesweep.search.trainable import remove_scratch_left_here
-    from finesweep.search.tune import start_ray
+    from finesweep.search.tuning.scratch import remove_scratch_left_here
+    from finesweep.search.tuning.ray_cluster import start_ray
 
     start_ray(None)
     run = Path(_get_ray_train_session_dir()) / "2026-11-22_10-00-00"

@@ -13,7 +13,7 @@ EVAL_EVERY = 5
 
 
 def test_the_stopper_counts_each_trials_furthest_step_and_fires_at_the_budget(tmp_path):
-    from finesweep.search.tune import StepBudgetStopper
+    from finesweep.search.tuning.tuner import StepBudgetStopper
 
     stopper = StepBudgetStopper(100, tmp_path / "experiment" / "step_budget.json")
     for trial, step in (("a", 30), ("b", 30), ("a", 60), ("a", 30)):  # a restarted trial re-reports step 30
@@ -27,7 +27,7 @@ def test_the_stopper_counts_each_trials_furthest_step_and_fires_at_the_budget(tm
 def test_a_resumed_sweep_keeps_the_steps_already_spent(tmp_path):
     """Tune pickles the stopper once, when the Tuner is made, and a resume unpickles that copy: the ledger in the
     experiment folder carries the spend across."""
-    from finesweep.search.tune import StepBudgetStopper
+    from finesweep.search.tuning.tuner import StepBudgetStopper
 
     stopper = StepBudgetStopper(100, tmp_path / "experiment" / "step_budget.json")
     as_created = pickle.dumps(stopper)

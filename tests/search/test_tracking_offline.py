@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from finesweep.search.spool import Spool, is_placeholder, replay
-from finesweep.search.tracking import END_STATE_TAG, PARENT_TAG, TRIAL_TAG, RetryPolicy, Tracker, TrackingUnavailable
+from finesweep.search.tracking.spool import Spool, is_placeholder
+from finesweep.search.tracking.sync import replay
+from finesweep.search.tracking.client import RetryPolicy, Tracker, TrackingUnavailable
+from finesweep.search.tracking.tags import END_STATE_TAG, PARENT_TAG, TRIAL_TAG
 from tests import tiny
 from tests.search.test_cli_end_to_end import SWEEP, _free_port, _get_json, finesweep
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from finesweep.search.trainable import TrialContext
-from finesweep.search.tracking import END_STATE_TAG, TRIAL_TAG, Tracker, default_tracking_uri
-from finesweep.search.recovery import drop_runs_of_unsaved_trials, saved_trials
+from finesweep.search.tuning.trainable import TrialContext
+from finesweep.search.tracking.client import Tracker, default_tracking_uri
+from finesweep.search.tracking.tags import END_STATE_TAG, TRIAL_TAG
+from finesweep.search.tuning.recovery import drop_runs_of_unsaved_trials, saved_trials
 
 
 def _saved_state(experiment_dir: Path, trial_ids: list[str]) -> None:
@@ -54,7 +55,7 @@ def _cut(path: Path) -> None:
 
 
 def test_a_lost_checkpoint_takes_the_newest_whole_one_and_half_copied_ones_are_removed(tmp_path):
-    from finesweep.search.recovery import is_whole_checkpoint, recover_lost_checkpoints
+    from finesweep.search.tuning.recovery import is_whole_checkpoint, recover_lost_checkpoints
 
     _saved_state(tmp_path / "tune", ["t1"])  # it names checkpoint_000001, which Tune deleted
     trial = tmp_path / "tune" / "trial-t1"
@@ -70,7 +71,7 @@ def test_a_lost_checkpoint_takes_the_newest_whole_one_and_half_copied_ones_are_r
 
 
 def test_a_lost_checkpoint_with_no_whole_newer_one_is_left_for_tune_to_report(tmp_path):
-    from finesweep.search.recovery import recover_lost_checkpoints
+    from finesweep.search.tuning.recovery import recover_lost_checkpoints
 
     _saved_state(tmp_path / "tune", ["t1"])
     _cut(_checkpoint(tmp_path / "tune" / "trial-t1" / "checkpoint_000002", 20) / "model.safetensors")

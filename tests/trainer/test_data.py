@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from finesweep.spaces import DataConfig, ModelCandidate, Task
-from finesweep.trainer import data, tokenizing
+from finesweep.trainer import data
+from finesweep.trainer.data import pipeline, tokenizing
 from finesweep.trainer.data import DataError, prepare
 from tests import tiny
 
@@ -122,7 +123,7 @@ def test_config_seed_wins_over_sweep_seed(sentiment_csv, tmp_path):
 
 def test_cache_hit_does_not_reread(sentiment_csv, tmp_path, monkeypatch):
     first = prepare(_config(sentiment_csv), 0, tmp_path)
-    monkeypatch.setattr(data, "_build", lambda *a: pytest.fail("cache miss: the file was read again"))
+    monkeypatch.setattr(pipeline, "_build", lambda *a: pytest.fail("cache miss: the file was read again"))
     second = prepare(_config(sentiment_csv), 0, tmp_path)
     assert second.folder == first.folder and second.report == first.report
     assert (first.folder / "report.json").is_file()

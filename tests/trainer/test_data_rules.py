@@ -195,7 +195,7 @@ def test_causal_tokenizer_without_pad_token_pads_with_eos_and_says_so(instructio
 def test_sweep_prepare_data_reports_lengths_and_saves_histogram(sentiment_csv, tiny_classifier, tmp_path):
     from rich.console import Console as RichConsole
 
-    from finesweep.search.report import Console
+    from finesweep.search.outputs.console import Console
     from finesweep.search.sweep import SweepFolder, prepare_data
 
     config = SweepConfig(name="t", data=DataConfig(path=str(sentiment_csv)), output_root=str(tmp_path),

@@ -22,7 +22,7 @@ EXPORT_SCRIPT = """
 import json, sys
 from pathlib import Path
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
-from finesweep.search.export import export_best
+from finesweep.search.outputs.export import export_best
 from tests.search.test_export import BEST, _config
 from tests.trainer.test_quantize import classification_collate, classification_split
 

@@ -1,7 +1,7 @@
 """MLflow, explicitly: every call names its run; the tracking URI and run ids are passed, never implied.
 
 Nothing is lost when the tracking server is down: every call is retried with backoff (RetryPolicy); a write
-that still fails goes to the sweep's spool on disk (search/spool.py) and the sweep goes on; `finesweep sync`
+that still fails goes to the sweep's spool on disk (spool.py) and the sweep goes on; `finesweep sync`
 replays the spool once the server is back. Reads the controller needs degrade to "unknown" with a warning.
 """
 
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from finesweep.search.spool import Spool, new_placeholder
+from finesweep.search.tracking.spool import Spool, new_placeholder
+from finesweep.search.tracking.tags import END_STATE_TAG, PARENT_TAG, SPOOL_ID_TAG, TRIAL_TAG
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -23,12 +24,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-PARENT_TAG = "mlflow.parentRunId"  # the tag the MLflow UI nests runs by
-TRIAL_TAG = "finesweep.trial_id"
-END_STATE_TAG = "finesweep.end_state"
-ERROR_TAG = "finesweep.error"
-RESUMED_TAG = "finesweep.resumed_from_step"
-SPOOL_ID_TAG = "finesweep.spool_id"  # on a run created by sync: its placeholder, so a second sync finds it
 MAX_PARAM_LENGTH = 500
 MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
 RETRY_ENV = "FINESWEEP_TRACKING_RETRY_S"

@@ -16,13 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from finesweep.spaces.config import DataConfig, Task
-from finesweep.trainer.cleaning import Drops, Pair, clean, drop_rare_classes, read_pairs
-from finesweep.trainer.readers import DataError, Source, detect_format, iter_rows, saved_splits
-from finesweep.trainer.splitting import SPLITS, drop_leaked, label_names, split, split_sizes, to_dataset
-from finesweep.trainer.tokenizing import collator, load_tokenized, publish, tokenize, tokenize_summary
-
-__all__ = ["DataError", "DataReport", "PreparedData", "collator", "finish_report", "load_tokenized", "prepare",
-           "token_entry", "tokenize"]
+from finesweep.spaces.files import write_json_atomic
+from finesweep.trainer.data.cleaning import Drops, Pair, clean, drop_rare_classes, read_pairs
+from finesweep.trainer.data.readers import DataError, Source, detect_format, iter_rows, saved_splits
+from finesweep.trainer.data.splitting import SPLITS, drop_leaked, label_names, split, split_sizes, to_dataset
+from finesweep.trainer.data.tokenizing import publish, tokenize_summary
 
 # Bump when reading, cleaning or splitting changes, so old cache entries are never reused.
 CACHE_VERSION = "data-v2"
@@ -156,14 +154,8 @@ def _build(config: DataConfig, seed: int, found: dict[str | None, Source], folde
         dropped=drops.counts, dropped_examples=drops.examples, splits={k: len(parts[k]) for k in SPLITS},
         label_counts=_label_counts(parts, names), label_names=names, pre_split=None not in found,
     )
-    _write_json(folder / REPORT_FILE, report.to_dict())
+    write_json_atomic(folder / REPORT_FILE, report.to_dict())
     return report
-
-
-def _write_json(path: Path, content: dict) -> None:
-    work = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    work.write_text(json.dumps(content, indent=2, ensure_ascii=False), encoding="utf-8")
-    os.replace(work, path)  # readers never see half a file
 
 
 def _hash_source(digest: "hashlib._Hash", source: Source) -> None:
@@ -217,9 +209,9 @@ def token_entry(tokenizer: Any, percentiles: dict[str, float], tokenized_folder:
 
 def finish_report(prepared: PreparedData, tokens: dict[str, dict[str, Any]], lengths: dict[str, Any], max_seq_len: int) -> Path:
     """Add the per-candidate token entries to the report, save it and the length histogram; returns the PNG."""
-    from finesweep.trainer.lengths import save_histogram
+    from finesweep.trainer.data.lengths import save_histogram
 
     prepared.report.tokens = tokens
-    _write_json(prepared.folder / REPORT_FILE, prepared.report.to_dict())
+    write_json_atomic(prepared.folder / REPORT_FILE, prepared.report.to_dict())
     prepared.length_plot = save_histogram(lengths, max_seq_len, prepared.folder / PLOT_FILE)
     return prepared.length_plot

@@ -1,7 +1,7 @@
 """Data-parallel trials: a Ray Tune trial that drives a Ray Train worker group, one torch.distributed rank a worker.
 
 Only trials with resources.workers_per_trial > 1 come here; a single-worker trial trains inside the Tune trial's
-own process (search/trainable.py), with no Ray Train in between.
+own process (search/tuning/trainable.py), with no Ray Train in between.
 
 The layout is Ray's own Train-inside-Tune design (Ray Train V2, "Hyperparameter Tuning with Ray Tune"):
 - the Tune trial is only the driver: it reserves no CPU or GPU (`driver_resources`), starts a `TorchTrainer`
@@ -27,12 +27,13 @@ from typing import Any, Callable
 
 # This module runs only where Ray runs (Tune trials, Ray Train workers); it is imported lazily by the controller.
 from ray.air.constants import TRAINING_ITERATION
-from ray.train.v2._internal.execution.callback import ControllerCallback
 
-from finesweep.search.best import CHECKPOINT_SCORE
-from finesweep.search.trainable import (TrialContext, TuneMlflowSink, build_plan, copy_checkpoint, local_batches,
-                                        scratch_dir, sink_for)
-from finesweep.search.tracking import Tracker
+from finesweep.search.selection.best import CHECKPOINT_SCORE
+from finesweep.search.tracking.client import Tracker
+from finesweep.search.tuning import ray_compat
+from finesweep.search.tuning.context import TrialContext, build_plan, local_batches
+from finesweep.search.tuning.scratch import copy_checkpoint, scratch_dir
+from finesweep.search.tuning.sink import TuneMlflowSink, sink_for
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.config import ResourcesConfig
 from finesweep.trainer.trial import plan_batches
@@ -53,9 +54,8 @@ def worker_resources(resources: ResourcesConfig) -> dict[str, float]:
 
 def data_parallel_trainable(trainable: Callable) -> Callable:
     """The Tune function trainable of a data-parallel sweep: its trial actors stop their Ray Train run first when Tune
-    stops them (Tune's `__mixins__` hook for function trainables)."""
-    trainable.__mixins__ = (StopsTrainRun,)
-    return trainable
+    stops them."""
+    return ray_compat.add_actor_mixin(trainable, StopsTrainRun)
 
 
 class StopsTrainRun:
@@ -97,8 +97,8 @@ def run_data_parallel(params: dict[str, Any], context: TrialContext, run_id: str
     plan_batches(int(params["effective_batch_size"]), 1, config.resources.workers_per_trial)
     trial = tune.get_context()
     report = TuneReportCallback()
-    # The callback's queue to Tune (no public accessor): a stop drains it so that the controller cannot block on it.
-    run = TrainRun(controllers=Queue(1, actor_options={"num_cpus": 0}), results=report._training_actor_item_queue)
+    # The callback's queue to Tune: a stop drains it so that the controller cannot block on it.
+    run = TrainRun(controllers=Queue(1, actor_options={"num_cpus": 0}), results=ray_compat.tune_report_queue(report))
     _RUNS[trial.get_trial_id()] = run
     try:
         _trainer(config, params, context, run_id, [report, AnnounceController(run.controllers)]).fit()
@@ -131,7 +131,7 @@ def _trainer(config: SweepConfig, params: dict[str, Any], context: TrialContext,
             # The same storage and name when Tune restarts the trial: Ray Train then resumes from its checkpoint.
             name=f"{TRAIN_RUN_PREFIX}{trial.get_trial_id()}", storage_path=storage.trial_fs_path,
             storage_filesystem=storage.storage_filesystem,
-            # Tune's ranking of a single-process trial's checkpoints (search/tune.py checkpoint_config), in Ray Train.
+            # Tune's ranking of a single-process trial's checkpoints (search/tuning/tuner.py checkpoint_config), in Ray Train.
             checkpoint_config=CheckpointConfig(num_to_keep=config.search.keep_checkpoints, checkpoint_score_order="max",
                                                checkpoint_score_attribute=CHECKPOINT_SCORE),
             callbacks=callbacks,
@@ -139,9 +139,9 @@ def _trainer(config: SweepConfig, params: dict[str, Any], context: TrialContext,
     )
 
 
-class AnnounceController(ControllerCallback):
+class AnnounceController(ray_compat.ControllerCallback):
     """Runs in Ray Train's controller: sends the controller's handle to the trial actor, which aborts it on a stop.
-    (An internal callback kind, which RunConfig(callbacks=...) accepts for such needs; ray 2.60.)"""
+    (An internal callback kind, which RunConfig(callbacks=...) accepts for such needs: see ray_compat.)"""
 
     def __init__(self, controllers):
         self.controllers = controllers

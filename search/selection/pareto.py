@@ -5,23 +5,18 @@ Throughput, not cost per trial, is the second objective: a trial's cost depends 
 early-stopped trial would look cheap whatever its configuration; throughput is a property of the configuration
 itself (model, precision, method, micro-batch) and what a user pays per unit of data in the end.
 
-The pure functions (trial_points, pareto_front, pick_point, pareto_report) take Tune results or plain points;
-`pick_export` is the sweep's one entry: it prints, logs and tags, then returns the checkpoint to export.
+Pure functions over Tune results or plain points; outputs/pareto_report.py prints, logs and tags what they decide.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from finesweep.search.best import BEST_SO_FAR, Best, pick_best
+from finesweep.search.selection.best import BEST_SO_FAR, Best, pick_best
 
 if TYPE_CHECKING:
-    from finesweep.search.report import Console
-    from finesweep.search.tracking import Tracker
     from finesweep.spaces.config import SearchConfig
 
 # The trial's own throughput, as each evaluation reports it (trainer/trial.py): training samples per second of wall
@@ -30,9 +25,6 @@ if TYPE_CHECKING:
 # between candidates with different tokenizers, tokens/s would favour the chattier tokenizer.
 THROUGHPUT = "train_samples_per_second_so_far"
 SECOND_OBJECTIVES = {"throughput": (THROUGHPUT, "max")}  # search.second_objective -> (result key, mode)
-PARETO_FILE = "pareto.json"  # artifact on the parent run, and a copy in the sweep folder
-PLOT_FILE = "pareto_front.png"  # under plots/ on the parent run
-RULE_TAG, PICK_TAG = "finesweep.pick_rule", "finesweep.pick"
 # `within` forgives the round-off of the subtraction (0.9 - 0.89 is 0.010000000000000009), nothing more.
 ROUND_OFF = 1e-9
 
@@ -137,61 +129,3 @@ def pareto_report(points: list[TrialPoint], front: list[TrialPoint], chosen: Tri
             "tolerance": search.pick_tolerance if search.pick == "fastest_within" else None,
             "rule_text": rule_text(search), "points": [row(p) for p in ordered],
             "front": [p.trial_id for p in front], "pick": row(chosen) if chosen else None}
-
-
-def pick_export(results, search: "SearchConfig", tracker: "Tracker", parent_run_id: str, console: "Console",
-                out_dir: Path) -> Best | None:
-    """The checkpoint to export. Without a second objective: pick_best, as ever. With one: the front printed,
-    pareto.json (and its plot) in `out_dir` and on the parent run, the rule and the pick tagged there, and the
-    best checkpoint of the trial the rule names."""
-    if search.second_objective == "none":
-        return pick_best(results, search.metric, search.mode)
-    points = trial_points(results, search.metric, search.mode)
-    front = pareto_front(points, search.mode)
-    chosen = pick_point(points, search.mode, search.pick, search.pick_tolerance)
-    report = pareto_report(points, front, chosen, search)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / PARETO_FILE).write_text(json.dumps(report, indent=2, default=str))
-    tracker.log_json(parent_run_id, report, PARETO_FILE)
-    if plot := draw_front(report, out_dir / "plots" / PLOT_FILE, console.warn):
-        tracker.log_file(parent_run_id, plot, "plots")
-    pick = f"trial {chosen.trial_id} step {chosen.best.step}" if chosen else "none: no trial reported an evaluation"
-    tracker.set_tags(parent_run_id, {RULE_TAG: rule_text(search), PICK_TAG: pick})
-    console.pareto(report)
-    return chosen.best if chosen else None
-
-
-def draw_front(report: dict[str, Any], path: Path, warn: Callable[[str], None]) -> Path | None:
-    """A scatter of every trial (throughput against the metric), the front joined and the pick ringed. A plot that
-    fails costs a warning, never the sweep."""
-    if not report["points"]:
-        return None
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # no display in a sweep; idempotent when the plots already chose it
-        import matplotlib.pyplot as plt
-
-        metric = report["metric"]
-        figure, axes = plt.subplots(figsize=(6.4, 4.8))
-        try:
-            rest = [p for p in report["points"] if not p["on_front"]]
-            front = [p for p in report["points"] if p["on_front"]]
-            axes.scatter([p[THROUGHPUT] for p in rest], [p[metric] for p in rest], color="0.6", label="trial")
-            axes.plot([p[THROUGHPUT] for p in front], [p[metric] for p in front], "o-", color="C0", label="Pareto front")
-            for p in report["points"]:
-                axes.annotate(p["trial_id"], (p[THROUGHPUT], p[metric]), fontsize="x-small",
-                              xytext=(3, 3), textcoords="offset points")
-            if pick := report["pick"]:
-                axes.scatter([pick[THROUGHPUT]], [pick[metric]], s=250, facecolors="none", edgecolors="C3",
-                             linewidths=2, label=f"exported ({report['rule']})")
-            axes.set(xlabel="training samples / s", ylabel=f"best {metric}", title="Speed against quality")
-            axes.legend(fontsize="small")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            figure.savefig(path, dpi=100, bbox_inches="tight")
-        finally:
-            plt.close(figure)
-        return path
-    except Exception as error:  # the plot is a report on the sweep, never a reason for it to fail
-        warn(f"Pareto plot skipped: {type(error).__name__}: {error}")
-        return None

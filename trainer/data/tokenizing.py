@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from finesweep.spaces.config import Task
-from finesweep.trainer.readers import DataError
+from finesweep.trainer.data.readers import DataError
 
 if TYPE_CHECKING:
     from datasets import DatasetDict
@@ -140,19 +140,6 @@ def check_vocab(folder: Path, vocab_size: int, model_name: str) -> None:
             "training would fail with an index error. Fix: give models[].path a folder whose tokenizer files match "
             "its weights (the same checkpoint), or resize the embeddings before the sweep."
         )
-
-
-def model_vocab_size(candidate, trust_remote_code: bool = False) -> int | None:
-    """Rows of the candidate's embedding matrix, from its config (config_overrides applied); None if unknown."""
-    from transformers import AutoConfig
-
-    from finesweep.trainer.models import _source
-
-    source, kwargs = _source(candidate, trust_remote_code)
-    config = AutoConfig.from_pretrained(source, **kwargs)
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    vocab = candidate.config_overrides.get("vocab_size", getattr(text_config, "vocab_size", None))
-    return vocab if isinstance(vocab, int) else None
 
 
 def tokenize(prepared, tokenizer: Any, task: Task, max_seq_len: int, cache_root: Path, *,

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from finesweep.search.outputs.card import ADAPTER, FULL, model_card, variant_folder
 from finesweep.spaces import Quantization, SweepConfig, Task
+from finesweep.spaces.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 
-FULL = "full"
-ADAPTER = "adapter"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 # The metric each task's warning watches, and whether a larger value is better.
 PRIMARY = {Task.classification: ("accuracy", True), Task.causal_lm: ("perplexity", False)}
@@ -35,7 +35,7 @@ class ExportResult:
     """The LoRA adapter alone (weights, config, tokenizer), when the winner was a LoRA trial."""
 
     def variant_folder(self, variant: str) -> Path:
-        return self.folder / _folder(variant)
+        return self.folder / variant_folder(variant)
 
 
 def export_best(
@@ -73,8 +73,8 @@ def export_best(
     warnings = drop_warnings(metrics, task, config.export.max_metric_drop)
     for warning in warnings:
         log.warning("export: %s", warning)
-    _write_json(out_dir / "metrics.json", metrics)
-    _write_json(out_dir / "sweep.json", config.model_dump(mode="json"))
+    write_json_atomic(out_dir / "metrics.json", metrics)
+    write_json_atomic(out_dir / "sweep.json", config.model_dump(mode="json"))
     (out_dir / "README.md").write_text(model_card(config, best, metrics, warnings, adapter is not None), encoding="utf-8")
     return ExportResult(folder=out_dir, metrics=metrics, warnings=warnings, adapter=adapter)
 
@@ -103,10 +103,6 @@ def _fresh(folder: Path) -> Path:
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     return folder
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
 
 # --- the full-precision model -------------------------------------------------------------------------------
@@ -189,10 +185,9 @@ def _split_labels(split: Any) -> list[str] | None:
 def _tokenizer(source: Path, trust_remote_code: bool) -> Any:
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-        tokenizer.pad_token = tokenizer.eos_token  # saved with it, so the export pads the way the trials did
-    return tokenizer
+    from finesweep.trainer.models import with_pad_token
+
+    return with_pad_token(AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code))
 
 
 # --- measuring ----------------------------------------------------------------------------------------------
@@ -234,133 +229,3 @@ def drop_warnings(metrics: dict[str, dict[str, float]], task: Task, max_drop: fl
             rise = (values[name] - full) / full
             warnings.append(f"{variant}: {name} rose by {rise:.1%} (> export.max_metric_drop {max_drop:g}, relative)")
     return warnings
-
-
-# --- the model card -----------------------------------------------------------------------------------------
-
-
-def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, float]], warnings: list[str],
-               has_adapter: bool = False) -> str:
-    """README.md of the export folder: where the model came from, how it was chosen, how well each variant does."""
-    task = Task(config.data.task)
-    parts = [
-        f"# {config.name}: fine-tuned {best.get('model', '?')}\n",
-        "Exported by finesweep: the best evaluation of a hyperparameter and batch-size sweep, "
-        "measured on the held-out test split, in full precision and quantized.\n",
-        _origin_section(config, best, task),
-        _params_section(best),
-        _metrics_section(metrics, task, warnings),
-        _usage_section(metrics, task),
-        _adapter_section(config, best, task) if has_adapter else "",
-    ]
-    return "\n".join(parts)
-
-
-def _origin_section(config: SweepConfig, best: dict, task: Task) -> str:
-    name = best.get("model", "?")
-    candidate = next((m for m in config.models if m.name == name), None)
-    source = "unknown"
-    if candidate is not None:
-        source = f"path `{candidate.path}`" if candidate.path else f"hub id `{candidate.hub_id}`"
-        if candidate.gguf_file:
-            source += f" (GGUF file `{candidate.gguf_file}`)"
-    columns = (f"text `{config.data.text_column}`, label `{config.data.label_column}`" if task == Task.classification
-               else f"prompt `{config.data.prompt_column}`, response `{config.data.response_column}`")
-    return "\n".join([
-        "## Origin\n",
-        f"- Base model: candidate `{name}`, {source}",
-        f"- Task: {task.value}",
-        f"- Data: `{config.data.path}` (columns: {columns})",
-        f"- Sweep: `{config.name}`, seed {config.seed}, {config.search.num_trials} trials, "
-        f"search metric `{config.search.metric}` ({config.search.mode})",
-        "",
-    ])
-
-
-def _params_section(best: dict) -> str:
-    rows = [f"| `{key}` | {_fmt(value)} |" for key, value in sorted(best.get("params", {}).items())]
-    return "\n".join([
-        "## Winning hyperparameters\n",
-        f"Best validation {best.get('metric', '?')} = {_fmt(best.get('value'))} at step {best.get('step', '?')} "
-        f"of trial `{best.get('trial_id', '?')}`.\n",
-        "| hyperparameter | value |",
-        "|---|---|",
-        *rows,
-        "",
-    ])
-
-
-def _metrics_section(metrics: dict[str, dict[str, float]], task: Task, warnings: list[str]) -> str:
-    names = ["accuracy", "f1_macro", "loss"] if task == Task.classification else ["loss", "perplexity"]
-    header = ["variant", "folder", *names, "size on disk", "linear layers", "latency (ms/sample, batch 32)"]
-    lines = ["## Test metrics\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    full_linear = metrics.get(FULL, {}).get("linear_layers_bytes") or 0
-    for variant, values in metrics.items():
-        linear = values.get("linear_layers_bytes") or 0
-        smaller = f" ({full_linear / linear:.2f}x smaller)" if variant != FULL and linear else ""
-        cells = [variant, f"`{_folder(variant)}`", *[_fmt(values.get(n)) for n in names],
-                 _size(values.get("size_bytes", 0)), _size(linear) + smaller, _fmt(values.get("latency_ms_per_sample"))]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    lines += [f"> Warning: {w}" for w in warnings]
-    return "\n".join(lines) + ("\n" if warnings else "")
-
-
-def _usage_section(metrics: dict[str, dict[str, float]], task: Task) -> str:
-    auto = "AutoModelForSequenceClassification" if task == Task.classification else "AutoModelForCausalLM"
-    lines = ["## How to load\n", "Every folder loads with plain transformers (weights are safetensors):\n"]
-    from finesweep.trainer.quantize import BACKENDS
-
-    for variant in metrics:
-        if variant != FULL:
-            package = BACKENDS[Quantization(variant)][0]
-            lines.append(f"`{_folder(variant)}` is {package}-quantized ({variant}): also `pip install {package}`; "
-                         "its quantization settings are in its config.json.\n")
-    lines += [
-        "```python",
-        f"from transformers import AutoTokenizer, {auto}",
-        "",
-        *[f'model = {auto}.from_pretrained("{_folder(v)}")  # {v}' for v in metrics],
-        f'tokenizer = AutoTokenizer.from_pretrained("{_folder(FULL)}")',
-        "```",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _adapter_section(config: SweepConfig, best: dict, task: Task) -> str:
-    """How to put the LoRA adapter alone on its base model (peft), for users who share one base across adapters."""
-    auto = "AutoModelForSequenceClassification" if task == Task.classification else "AutoModelForCausalLM"
-    candidate = next((m for m in config.models if m.name == best.get("model")), None)
-    base = (candidate.path or candidate.hub_id) if candidate else "<base model>"
-    head = ', num_labels=len(labels), id2label=dict(enumerate(labels))' if task == Task.classification else ""
-    return "\n".join([
-        "## The LoRA adapter alone\n",
-        f"`{ADAPTER}` holds the winning LoRA adapter (the classification head is inside it) and the tokenizer; "
-        f"`model` is the same adapter merged into the base. The adapter applies to the base model `{base}`"
-        + (f" with `config_overrides` {candidate.config_overrides}" if candidate and candidate.config_overrides else "")
-        + " (`pip install peft`):\n",
-        "```python",
-        "from peft import PeftModel",
-        f"from transformers import {auto}",
-        "",
-        *(['labels = [...]  # as in model/config.json id2label'] if task == Task.classification else []),
-        f'base = {auto}.from_pretrained("{base}"{head})',
-        f'model = PeftModel.from_pretrained(base, "{ADAPTER}")',
-        "```",
-        "",
-    ])
-
-
-def _folder(variant: str) -> str:
-    return "model" if variant == FULL else f"model-{variant}"
-
-
-def _size(size_bytes: float) -> str:
-    return f"{size_bytes / 1e6:.2f} MB" if size_bytes >= 1e5 else f"{size_bytes / 1e3:.1f} kB"
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "" if value is None else str(value)

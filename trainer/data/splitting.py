@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from finesweep.spaces.config import DataConfig, Task
-from finesweep.trainer.cleaning import Drops, Pair, text_key
-from finesweep.trainer.readers import DataError
+from finesweep.trainer.data.cleaning import Drops, Pair, text_key
+from finesweep.trainer.data.readers import DataError
 
 if TYPE_CHECKING:
     from datasets import Dataset

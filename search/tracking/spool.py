@@ -26,10 +26,11 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from finesweep.spaces.files import write_json_atomic
 
 SPOOL_FOLDER = "tracking-spool"
 PLACEHOLDER_PREFIX = "offline-"  # MLflow's own ids are hex: a placeholder can never be mistaken for one
@@ -56,15 +57,15 @@ def map_strings(obj: Any, fn: Callable[[str], str]) -> Any:
     return obj
 
 
-def _strings(obj: Any) -> Iterator[str]:
+def strings_in(obj: Any) -> Iterator[str]:
     if isinstance(obj, str):
         yield obj
     elif isinstance(obj, dict):
         for value in obj.values():
-            yield from _strings(value)
+            yield from strings_in(value)
     elif isinstance(obj, list):
         for value in obj:
-            yield from _strings(value)
+            yield from strings_in(value)
 
 
 @dataclass
@@ -136,7 +137,7 @@ class Spool:
     def unresolved(self, obj: Any) -> bool:
         """Whether `obj` names an experiment or run that exists only in the spool so far."""
         ids = self.ids()
-        return any(is_placeholder(s) and s not in ids for s in _strings(obj))
+        return any(is_placeholder(s) and s not in ids for s in strings_in(obj))
 
     def held(self, run_id: str | None) -> bool:
         return bool(run_id) and (self.folder / "index" / "held" / str(run_id)).exists()
@@ -193,10 +194,7 @@ class Spool:
 
     def save_progress(self, progress: dict[str, Any]) -> None:
         # Written after every request, atomically: a sync killed half-way replays nothing twice.
-        path = self.folder / "replayed.json"
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(progress, indent=1))
-        os.replace(temporary, path)
+        write_json_atomic(self.folder / "replayed.json", progress, indent=1)
 
     def release_all(self) -> None:
         """Everything is on the server: writes to these runs may go there directly again."""
@@ -218,100 +216,3 @@ def _records_of(path: Path, start: int) -> Iterator[Record]:
                 continue
             entry = json.loads(line)
             yield Record(path.name, number, float(entry["time"]), entry["op"], entry["args"])
-
-
-@dataclass
-class ReplayReport:
-    """What one sync did."""
-
-    replayed: Counter = field(default_factory=Counter)  # op -> count
-    created: dict[str, str] = field(default_factory=dict)  # placeholder -> real id, made by this sync
-    skipped: list[str] = field(default_factory=list)  # "file:line op: why", for lines the server refused
-    remaining: int = 0
-
-
-def replay(folder: Path, uri: str) -> ReplayReport:
-    """Send every pending line to `uri`, in order. Raises TrackingUnavailable (progress kept) if the server does
-    not answer; a line the server refuses for good (say, its run was deleted) is skipped and reported."""
-    from finesweep.search.tracking import Tracker, TrackingUnavailable
-
-    spool, report = Spool(folder), ReplayReport()
-    progress = spool.progress()
-    tracker = Tracker(uri)  # no spool of its own: a failure must stop the sync, not spool again
-    try:
-        for group in _batches(spool.records(progress["lines"])):
-            _replay_one(group, tracker, spool, progress, report)
-            for record in group:
-                progress["lines"][record.file] = record.line + 1
-            spool.save_progress(progress)
-    except TrackingUnavailable:
-        report.remaining = spool.pending()
-        raise
-    if spool.pending() == 0:
-        spool.release_all()
-    return report
-
-
-MAX_BATCH_METRICS = 1000  # MLflow's log_batch limit
-
-
-def _metrics_only(record: Record) -> bool:
-    return record.op == "log_batch" and set(record.args) == {"run_id", "metrics"}
-
-
-def _batches(records: Iterator[Record]) -> Iterator[list[Record]]:
-    """The records in order, consecutive metric-only batches of one run grouped: one request replays them all
-    (a trial's training-loss rows and evaluations would otherwise cost a request each)."""
-    group: list[Record] = []
-    for record in records:
-        joins = (group and _metrics_only(record) and _metrics_only(group[0])
-                 and record.args["run_id"] == group[0].args["run_id"]
-                 and sum(len(r.args["metrics"]) for r in group) + len(record.args["metrics"]) <= MAX_BATCH_METRICS)
-        if group and not joins:
-            yield group
-            group = []
-        group.append(record)
-    if group:
-        yield group
-
-
-def _replay_one(group: list[Record], tracker, spool: Spool, progress: dict[str, Any], report: ReplayReport) -> None:
-    from finesweep.search.tracking import TrackingUnavailable, apply_op
-
-    first = group[0]
-    args = first.args if len(group) == 1 else {**first.args, "metrics": [m for r in group for m in r.args["metrics"]]}
-    args = map_strings(args, lambda s: progress["ids"].get(s, s))
-    own = args.get("placeholder")  # a run created here carries its own placeholder as a tag
-    if any(is_placeholder(s) and s != own for s in _strings(args)):
-        why = "names an experiment or run whose creation is not in this spool"
-    else:
-        try:
-            result = tracker.call(lambda: apply_op(tracker.client, first.op, args, spool.folder))
-        except TrackingUnavailable:
-            raise
-        except Exception as error:  # the server answered and refused: retrying would change nothing
-            why = f"{type(error).__name__}: {error}"
-        else:
-            if own:
-                progress["ids"][own] = report.created[own] = result
-            report.replayed[first.op] += len(group)
-            return
-    for record in group:
-        report.skipped.append(f"{record.file}:{record.line + 1} {record.op}: {why}")
-        progress["skipped"].append(report.skipped[-1])
-
-
-def remap_sweep_files(root: Path, ids: dict[str, str]) -> list[str]:
-    """Placeholders that `run` wrote into the sweep's own files (its state, its summary) become the real ids,
-    so `status`, `resume` and `ui` find the runs. Returns the files changed."""
-    changed = []
-    for name in ("sweep-state.json", "summary.json"):
-        path = root / name
-        if not path.is_file() or not ids:
-            continue
-        before = json.loads(path.read_text())
-        after = map_strings(before, lambda s: ids.get(s, s))
-        if after != before:
-            path.write_text(json.dumps(after, indent=1 if name == "sweep-state.json" else 2, default=str))
-            changed.append(name)
-    return changed

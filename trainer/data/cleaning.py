@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from finesweep.spaces.config import DataConfig, Task
-from finesweep.trainer.readers import EXAMPLE_CHARS, DataError, Row, Source
+from finesweep.trainer.data.readers import EXAMPLE_CHARS, DataError, Row, Source
 
 EXAMPLES_KEPT = 3
 Pair = tuple[str, str]

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from finesweep.search.tracking import TRIAL_TAG, Tracker
+from finesweep.search.tracking.client import Tracker
+from finesweep.search.tracking.tags import TRIAL_TAG
 from finesweep.spaces import SweepConfig, suggest
 from finesweep.spaces.config import FloatRange
 

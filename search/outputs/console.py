@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console as RichConsole
 from rich.table import Table
 
-from finesweep.search.tracking import END_STATE_TAG
+from finesweep.search.tracking.tags import END_STATE_TAG
 
 
 class Console:

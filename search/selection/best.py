@@ -90,7 +90,7 @@ def pick_best(results, metric: str, mode: str) -> Best | None:
 def kept_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
     """A trial's kept checkpoints with the metrics of their evaluation. Tune keeps a single-process trial's. A
     data-parallel trial's are kept by Ray Train in the trial's own run folder (Tune gets only each one's path, as
-    `checkpoint_path`): they are read from there, ranked the same way (search/distributed.py)."""
+    `checkpoint_path`): they are read from there, ranked the same way (search/tuning/distributed.py)."""
     if result.best_checkpoints:
         return result.best_checkpoints
     metrics = getattr(result, "metrics", None) or {}

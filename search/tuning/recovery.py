@@ -2,7 +2,7 @@
 
 Tune saves its experiment state (trials, their latest checkpoints) only now and then, while trials go on reporting,
 checkpointing and creating MLflow runs. A controller killed in between leaves a saved state behind the disk and the
-tracking store; these functions read the saved state's plain JSON fields (ray 2.60) and mend the difference.
+tracking store; these functions read the saved state (ray_compat.saved_trials) and mend the difference.
 """
 
 from __future__ import annotations
@@ -10,36 +10,14 @@ from __future__ import annotations
 import json
 import logging
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
-from finesweep.search.trainable import TrialContext
-from finesweep.search.tracking import END_STATE_TAG, TRIAL_TAG, Tracker
+from finesweep.search.tracking.client import Tracker
+from finesweep.search.tracking.tags import END_STATE_TAG, TRIAL_TAG
+from finesweep.search.tuning.context import TrialContext
+from finesweep.search.tuning.ray_compat import saved_trials
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SavedTrial:
-    """A trial as Tune's newest saved experiment state has it (the state's plain JSON fields, ray 2.60)."""
-
-    trial_id: str
-    status: str  # PENDING, RUNNING, PAUSED, TERMINATED, ERROR
-    folder: Path
-    checkpoint: str | None  # the latest checkpoint's folder name (every finesweep report has one)
-
-
-def saved_trials(experiment_dir: Path) -> list[SavedTrial]:
-    """The trials of Tune's newest saved experiment state ([] before its first save)."""
-    states = sorted(experiment_dir.glob("experiment_state-*.json"))  # Tune restores the newest (by name)
-    if not states:
-        return []
-    trials = []
-    for trial_json, runtime_json in json.loads(states[-1].read_text())["trial_data"]:
-        trial, runtime = json.loads(trial_json), json.loads(runtime_json)
-        trials.append(SavedTrial(trial["trial_id"], trial["status"], experiment_dir / trial["relative_logdir"],
-                                 (runtime.get("last_result") or {}).get("checkpoint_dir_name")))
-    return trials
 
 
 def drop_runs_of_unsaved_trials(tracker: Tracker, context: TrialContext, experiment_dir: Path) -> list[str]:

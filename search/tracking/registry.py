@@ -15,13 +15,13 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Iterator
 
-from finesweep.search.tracking import Tracker
+from finesweep.search.tracking.client import Tracker
+from finesweep.search.tracking.tags import VARIANT_TAG
 from finesweep.spaces import SweepConfig, Task
 
 log = logging.getLogger(__name__)
 
 PIPELINE_TASK = {Task.classification: "text-classification", Task.causal_lm: "text-generation"}
-VARIANT_TAG = "finesweep.variant"
 BEST_TAGS = ("trial_id", "step", "metric", "value")
 
 

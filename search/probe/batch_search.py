@@ -1,0 +1,143 @@
+"""The search for one combination's micro-batch: the largest that fits (a memory model seeded by two measured
+batches, then bisection between the last fit and the first failure), the fastest among those that fit, and the
+evaluation batch. Pure logic over attempts; a worker (worker.ProbeWorker, or a fake in tests) runs them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest
+
+
+SAFETY_MARGIN = 0.10  # a fit needs peak x (1 + margin) <= budget: trials add data loading and fragmentation
+# One timed step is noisy: a smaller micro-batch replaces a larger one only when clearly faster.
+THROUGHPUT_TOLERANCE = 0.03
+SEED_BATCHES = (4, 16)  # spread apart so the per-sample slope stands above allocator noise; powers of two, so
+# they double as throughput candidates
+
+
+@dataclass
+class MaxSearch:
+    """One search for the largest fitting micro-batch: every attempt, and the bracket (last fit, first failure)."""
+
+    worker: Any
+    base: ProbeRequest
+    cap: int
+    limit: float  # the budget less the safety margin: a fit needs peak <= limit
+    attempts: list[ProbeAttempt] = field(default_factory=list)
+    last_fit: int = 0
+    first_fail: int = 0  # cap + 1 until something above the last fit fails
+    seed_prediction: int = 0  # what the memory model fitted on the seed batches predicted
+    _stalls: int = 0
+
+    @property
+    def open(self) -> bool:
+        return self.first_fail - self.last_fit > 1
+
+    def measure(self, batch: int) -> bool:
+        """Run one real attempt; a failure replaces the probe process so it cannot poison the next one
+        (a CUDA out-of-memory error can leave memory behind; a fresh process costs about 4 s here)."""
+        attempt = self.worker.attempt(_with_batch(self.base, batch))
+        self.attempts.append(attempt)
+        if attempt.error and not attempt.out_of_memory:
+            raise ProbeError(f"probe of {self.base.candidate['name']} at micro-batch {batch} failed: {attempt.error}")
+        ok = _fits(attempt, self.limit)
+        if not ok:
+            self.worker.replace()
+        return ok
+
+    def fits(self, batch: int) -> bool:
+        """Measure `batch` and narrow the bracket with the answer."""
+        ok = self.measure(batch)
+        edge = batch in (self.last_fit + 1, self.first_fail - 1)
+        self.last_fit, self.first_fail = (batch, self.first_fail) if ok else (self.last_fit, batch)
+        # A guess at the bracket's edge that leaves it open means the model is off by more than one sample;
+        # two in a row would creep one batch at a time, so the next guess bisects instead.
+        self._stalls = self._stalls + 1 if edge and self.open else 0
+        return ok
+
+    def next_batch(self) -> int:
+        """The memory model's guess, kept strictly inside the bracket; bisection when it has no guess or stalls."""
+        predicted = predict_max_batch(self.attempts, self.limit)
+        if predicted is None or self._stalls >= 2:
+            return (self.last_fit + self.first_fail) // 2
+        return min(max(predicted, self.last_fit + 1), self.first_fail - 1)
+
+
+def _fits(attempt: ProbeAttempt, limit: float) -> bool:
+    return not attempt.out_of_memory and attempt.peak_bytes <= limit
+
+
+def predict_max_batch(attempts: list[ProbeAttempt], limit: float) -> int | None:
+    """Fit peak = fixed + per_sample x batch through the two measured points nearest the limit; solve for it."""
+    measured = [a for a in attempts if a.mode == "train" and not a.out_of_memory and a.peak_bytes > 0]
+    fitting = sorted((a for a in measured if a.peak_bytes <= limit), key=lambda a: a.batch)
+    failing = sorted((a for a in measured if a.peak_bytes > limit), key=lambda a: a.batch)
+    # Interpolate across the bracket when one is known (most accurate); else extrapolate from the two largest fits.
+    pair = [fitting[-1], failing[0]] if fitting and failing else (fitting + failing)[-2:]
+    if len(pair) < 2 or pair[0].batch == pair[1].batch:
+        return None
+    (b1, p1), (b2, p2) = ((a.batch, a.peak_bytes) for a in pair)
+    per_sample = (p2 - p1) / (b2 - b1)
+    if per_sample <= 0:
+        return None
+    return math.floor(b1 + (limit - p1) / per_sample)
+
+
+def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int) -> MaxSearch:
+    """Largest batch in [1, cap] that fits `budget` less the margin: seed the memory model, then confirm and bisect.
+
+    The seed batches fit a line through their peaks; its prediction is tried next (the cap itself when the line
+    says the cap fits), then the bracket between the last fit and the first failure closes, one prediction or
+    one bisection at a time, until the answer is exact.
+    """
+    search = MaxSearch(worker, base, cap, budget / (1 + SAFETY_MARGIN), first_fail=cap + 1)
+    for batch in sorted({min(b, cap) for b in SEED_BATCHES}):
+        if not search.fits(batch):
+            break
+    search.seed_prediction = predict_max_batch(search.attempts, search.limit) or 0
+    while search.open:
+        search.fits(search.next_batch())
+    return search
+
+
+def throughput_candidates(max_batch: int, tried: set[int]) -> list[int]:
+    """The largest power of two <= max and half of it, untried: sizes every power-of-two effective batch divides."""
+    if max_batch < 1:
+        return []
+    top = 1 << (max_batch.bit_length() - 1)
+    return [b for b in (top, top // 2) if b >= 1 and b not in tried]
+
+
+def fastest_batch(attempts: list[ProbeAttempt], limit: float, max_batch: int) -> int:
+    """The largest fitting batch (max or a power of two) within THROUGHPUT_TOLERANCE of the best samples/s."""
+    usable = [a for a in attempts if a.mode == "train" and _fits(a, limit) and a.seconds_per_step > 0
+              and (a.batch == max_batch or a.batch & (a.batch - 1) == 0) and a.batch <= max_batch]
+    if not usable:
+        return max_batch
+    best = max(a.samples_per_second for a in usable)
+    return max(a.batch for a in usable if a.samples_per_second >= best * (1 - THROUGHPUT_TOLERANCE))
+
+
+def find_eval_batch(worker, base: ProbeRequest, max_batch: int, budget: int) -> tuple[int, ProbeAttempt | None]:
+    """Confirmed, not derived: one no_grad forward at 2x the train max; if it fails, the train max itself
+    (a forward without gradients never needs more memory than a training step at the same batch)."""
+    if max_batch < 1:
+        return 0, None
+    attempt = worker.attempt(ProbeRequest(**{**asdict(base), "batch": 2 * max_batch, "mode": "eval"}))
+    if attempt.error and not attempt.out_of_memory:
+        raise ProbeError(f"eval probe of {base.candidate['name']} failed: {attempt.error}")
+    if _fits(attempt, budget / (1 + SAFETY_MARGIN)):
+        return 2 * max_batch, attempt
+    worker.replace()
+    return max_batch, attempt
+
+
+class ProbeError(RuntimeError):
+    """A probe attempt broke for a reason other than memory (the model cannot train at all)."""
+
+
+def _with_batch(request: ProbeRequest, batch: int) -> ProbeRequest:
+    return ProbeRequest(**{**asdict(request), "batch": batch})

@@ -1,0 +1,141 @@
+"""The memory probe: for each (model, precision, method) the largest micro-batch that fits the budget.
+
+The search is real: every candidate micro-batch runs real training steps in a separate probe
+process. It tries the largest micro-batch the sweep can use first (most sweeps fit there in one
+attempt), then bisects between the last fit and the first failure. A failed attempt replaces the
+probe process, so leftover memory never makes a later attempt fail.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field, replace
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, fastest_batch, find_eval_batch,
+                                                 find_max_micro_batch, throughput_candidates)
+from finesweep.search.probe.device import Device
+from finesweep.search.probe.worker import ProbeWorker
+from finesweep.spaces import SweepConfig, parse_bytes
+from finesweep.spaces.files import write_json_atomic
+from finesweep.trainer.probe_step import ProbeRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ProbeResult:
+    """The answer for one combination."""
+
+    model: str
+    precision: str
+    method: str
+    seq_len: int
+    device: str
+    budget_bytes: int
+    max_micro_batch: int  # 0: not even a micro-batch of 1 fits
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    best_micro_batch: int = 0  # the fitting micro-batch with the best samples/s (see fastest_batch)
+    micro_batch: int = 0  # what trials use: best or max, by resources.micro_batch (set on every read)
+    eval_batch_size: int = 0  # confirmed by a no_grad forward attempt (see find_eval_batch)
+    seed_prediction: int = 0  # the memory model's first guess from the seed batches, for the record
+    search_attempts: int = 0  # the first attempts, which found the max; then throughput candidates and eval
+    margin: float = SAFETY_MARGIN
+
+    @property
+    def key(self) -> str:
+        return combination_key(self.model, self.precision, self.method)
+
+    @property
+    def probe_steps(self) -> int:
+        return sum(a.get("steps", 0) for a in self.attempts)
+
+    def attempt_at(self, batch: int) -> dict[str, Any] | None:
+        return next((a for a in self.attempts if a["batch"] == batch and a.get("mode", "train") == "train"), None)
+
+    @property
+    def samples_per_second(self) -> float:
+        """Measured samples/s of the micro-batch the trials use."""
+        attempt = self.attempt_at(self.micro_batch or self.max_micro_batch)
+        return attempt["batch"] / attempt["seconds_per_step"] if attempt and attempt["seconds_per_step"] else 0.0
+
+    def choose(self, policy: str) -> "ProbeResult":
+        """This result with micro_batch set by the policy ("fastest" or "largest")."""
+        return replace(self, micro_batch=self.max_micro_batch if policy == "largest" else self.best_micro_batch)
+
+
+def combination_key(model: str, precision: str, method: str) -> str:
+    return f"{model}|{precision}|{method}"
+
+
+def memory_budget(config: SweepConfig, device: Device) -> int:
+    """Bytes one trial may use: trials that run at once share the device, the GPU's memory (by their GPU
+    fraction) or the CPU budget (equally, among max_concurrent_trials)."""
+    if device.kind == "cuda":
+        trials_per_gpu = max(1, round(1 / config.resources.gpus_per_trial)) if config.resources.gpus_per_trial else 1
+        return device.total_memory // trials_per_gpu
+    return parse_bytes(config.resources.memory_budget) // config.search.max_concurrent_trials
+
+
+def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_len: int,
+              num_labels: int, cache_file: Path) -> dict[str, ProbeResult]:
+    """Probe every combination the space can sample; results are cached in `cache_file` by what they depend on."""
+    cached = _read_cache(cache_file)
+    budget = memory_budget(config, device)
+    cap = config.resources.max_micro_batch or max(config.space.effective_batch_size)
+    worker = ProbeWorker(device, threads=int(config.resources.cpus_per_trial))
+    results: dict[str, ProbeResult] = {}
+    try:
+        for model in config.model_names:
+            for precision in precisions:
+                for method in (m.value for m in config.space.method):
+                    base = ProbeRequest(candidate=config.candidate(model).model_dump(), task=config.data.task.value,
+                                        num_labels=num_labels, precision=precision, method=method, seq_len=seq_len,
+                                        batch=cap, trust_remote_code=config.trust_remote_code)
+                    fingerprint = _fingerprint(base, device, budget)
+                    if fingerprint not in cached:
+                        cached[fingerprint] = asdict(_probe_one(worker, base, model, cap, budget, device))
+                        _write_cache(cache_file, cached)
+                    result = ProbeResult(**cached[fingerprint]).choose(config.resources.micro_batch)
+                    results[result.key] = result
+    finally:
+        worker.close()
+    return results
+
+
+def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, budget: int, device: Device) -> ProbeResult:
+    started = time.perf_counter()
+    search = find_max_micro_batch(worker, base, cap, budget)
+    top, search_attempts = search.last_fit, len(search.attempts)
+    for batch in throughput_candidates(top, {a.batch for a in search.attempts}):
+        search.measure(batch)  # below the max: fits unless memory is not monotonic, which the table would show
+    eval_batch, eval_attempt = find_eval_batch(worker, base, top, budget)
+    attempts = search.attempts + ([eval_attempt] if eval_attempt else [])
+    log.info("probe %s %s %s: max micro-batch %d in %d attempts", model, base.precision, base.method, top, len(attempts))
+    return ProbeResult(model=model, precision=base.precision, method=base.method, seq_len=base.seq_len,
+                       device=device.name, budget_bytes=budget, max_micro_batch=top,
+                       attempts=[asdict(a) for a in attempts], seconds=time.perf_counter() - started,
+                       best_micro_batch=fastest_batch(search.attempts, search.limit, top), eval_batch_size=eval_batch,
+                       seed_prediction=search.seed_prediction, search_attempts=search_attempts)
+
+
+def _fingerprint(request: ProbeRequest, device: Device, budget: int) -> str:
+    """What a probe result depends on: the model, how it trains, the device and the libraries measuring it."""
+    return json.dumps({"candidate": request.candidate, "task": request.task, "labels": request.num_labels,
+                       "precision": request.precision, "method": request.method, "seq_len": request.seq_len,
+                       "lora_r": request.lora_r, "cap": request.batch, "device": [device.kind, device.name, device.total_memory],
+                       "budget": budget, "margin": SAFETY_MARGIN, "seeds": SEED_BATCHES,
+                       "torch": version("torch"), "transformers": version("transformers")}, sort_keys=True)
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _write_cache(path: Path, cached: dict[str, Any]) -> None:
+    write_json_atomic(path, cached, indent=1)

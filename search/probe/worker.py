@@ -1,0 +1,57 @@
+"""The probe process: started once, replaced only after a failed attempt, so leftover memory never makes a later
+attempt fail. Each attempt is one trainer.probe_step run in that process."""
+
+from __future__ import annotations
+
+import multiprocessing
+from dataclasses import asdict
+
+from finesweep.search.probe.device import Device
+from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest
+
+
+class ProbeWorker:
+    """One probe process, started once and replaced only after a failed attempt."""
+
+    def __init__(self, device: Device, threads: int):
+        self.device, self.threads = device, threads
+        self._context = multiprocessing.get_context("spawn")  # fork would inherit the controller's threads
+        self._process = None
+        self._connection = None
+
+    def attempt(self, request: ProbeRequest) -> ProbeAttempt:
+        if self._process is None:
+            self._start()
+        self._connection.send(asdict(request))
+        try:
+            return ProbeAttempt(**self._connection.recv())
+        except (EOFError, ConnectionResetError):
+            self._process.join(timeout=10)
+            exit_code = self._process.exitcode
+            self.close()
+            # SIGKILL is the kernel's out-of-memory killer: a failure to fit. Anything else is a broken probe.
+            killed = exit_code == -9
+            return ProbeAttempt(request.batch, 0, 0.0, out_of_memory=killed,
+                                error=f"probe process ended with exit code {exit_code}")
+
+    def replace(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._process is not None:
+            try:
+                self._connection.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            self._process.join(timeout=10)
+            if self._process.is_alive():
+                self._process.kill()
+        self._process = self._connection = None
+
+    def _start(self) -> None:
+        from finesweep.trainer.probe_step import worker_main
+
+        parent, child = self._context.Pipe()
+        self._process = self._context.Process(target=worker_main, args=(child, self.device.kind, self.threads), daemon=True)
+        self._process.start()
+        self._connection = parent

@@ -1,0 +1,142 @@
+"""Tune callbacks and stoppers of a sweep: the step budget, and the recorder that closes each trial's MLflow run.
+
+Tune pickles both with the experiment (by module path: see moved.py for sweeps started before a move).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from ray.tune import Callback, Stopper
+
+from finesweep.search.tracking.client import Tracker
+from finesweep.search.tracking.tags import END_STATE_TAG, ERROR_TAG
+from finesweep.search.tuning.context import TrialContext
+from finesweep.spaces import SweepConfig
+from finesweep.spaces.files import write_json_atomic
+
+
+STEP_LEDGER = "step_budget.json"
+
+
+class StepBudgetStopper(Stopper):
+    """Ends the whole search once the trials' training steps add up to `budget` (search.step_budget).
+
+    Each result carries the trial's global `step`; a trial's spend is the largest step it reported (a trial restarted
+    from a checkpoint re-reports steps it had already counted). `stop_all` then stops every running trial as Tune's
+    time_budget_s does: no completion event, the evaluations so far count. Results come only at evaluations and a
+    trial waits in `tune.report` until the controller lets it go on, so the spend passes the budget by less than one
+    evaluation interval per running trial.
+
+    Tune pickles the stopper once, when the Tuner is created, and a resumed sweep gets that copy back: the spend is
+    also kept in `ledger` (in the experiment folder) and read back when unpickled, so a resume does not start the
+    budget again."""
+
+    def __init__(self, budget: int, ledger: Path):
+        self.budget, self.ledger = budget, Path(ledger)
+        self.steps: dict[str, int] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.ledger.is_file():
+            self.steps = {**self.steps, **json.loads(self.ledger.read_text())}
+
+    @property
+    def spent(self) -> int:
+        return sum(self.steps.values())
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        step = result.get("step")
+        if isinstance(step, (int, float)) and step > self.steps.get(trial_id, 0):
+            self.steps[trial_id] = int(step)
+            write_json_atomic(self.ledger, self.steps, indent=None)  # a crash mid-write leaves the previous ledger
+        return False  # single trials are ASHA's to stop; the budget ends them all at once
+
+    def stop_all(self) -> bool:
+        return self.spent >= self.budget
+
+
+def budget_end_state(config: SweepConfig, results) -> str:
+    """The end state of the trials the search stopped without a completion event: which budget ended it."""
+    budget = config.search.step_budget
+    spent = sum(int(r.metrics.get("step") or 0) for r in results if r.metrics)
+    return "stopped_by_step_budget" if budget and spent >= budget else "stopped_by_time_budget"
+
+
+class TrialEndRecorder(Callback):
+    """Closes each trial's MLflow run with its end state (an ASHA stop ends the trial's process before it can),
+    and hands every result and end to `on_event` for the terminal display.
+
+    It reads nothing from the tracking server that it can know otherwise (each result names the trial's run), so a
+    server that is down costs no wait here: the closing writes go to the sweep's spool like any other.
+
+    Tune pickles its callbacks with the experiment state (and a resumed sweep gets them back from there):
+    the MLflow client is rebuilt after a pickle; `on_event` must be picklable."""
+
+    def __init__(self, tracking_uri: str, context: TrialContext, max_evaluations: int, on_event: Callable | None = None):
+        self.tracking_uri, self.context, self.max_evaluations = tracking_uri, context, max_evaluations
+        self.on_event = on_event
+        self._tracker: Tracker | None = None
+        self._open: dict[str, tuple[str, Any]] = {}  # trial id -> (its run id, last step) until its end event
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_tracker": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({"_open": {}, **state})  # a recorder pickled by an older finesweep has no _open
+
+    @property
+    def tracker(self) -> Tracker:
+        if self._tracker is None:
+            self._tracker = Tracker(self.tracking_uri, self.context.spool_dir or None)
+        return self._tracker
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get("mlflow_run_id"):
+            self._open[trial.trial_id] = (result["mlflow_run_id"], result.get("step"))
+        if self.on_event:
+            self.on_event("result", trial, result)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        done = trial.last_result.get("training_iteration", 0)
+        state = "completed" if done >= self.max_evaluations else f"stopped_early_at_step_{trial.last_result.get('step')}"
+        self._close(trial, state, "FINISHED", None)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._close(trial, "failed", "FAILED", _error_text(trial))
+
+    def close_unfinished(self, state: str) -> None:
+        """After the search: trials Tune stopped without a completion event (the time budget) end as `state`."""
+        closed = set()
+        for run_id, step in self._open.values():
+            self.tracker.close_if_running(run_id, {END_STATE_TAG: f"{state}_at_step_{step}"}, "FINISHED")
+            closed.add(run_id)
+        self._open.clear()
+        # Runs that never reported (and, on a resumed sweep, those of the controller before): as the server has
+        # them; none when it does not answer (the warning says so).
+        for run in self.tracker.trial_runs(self.context.experiment_id, self.context.parent_run_id):
+            if run.info.status == "RUNNING" and run.info.run_id not in closed:
+                step = self.tracker.last_step(run.info.run_id, "eval_loss")
+                self.tracker.close_if_running(run.info.run_id, {END_STATE_TAG: f"{state}_at_step_{step}"}, "FINISHED")
+
+    def _close(self, trial, state: str, status: str, message: str | None) -> None:
+        self._open.pop(trial.trial_id, None)
+        # Every result names the trial's run; a trial that ended before its first result is looked up.
+        run_id = (trial.last_result or {}).get("mlflow_run_id") or self.tracker.trial_run(
+            self.context.experiment_id, self.context.parent_run_id, trial.trial_id)
+        if run_id:
+            tags = {END_STATE_TAG: state, **({ERROR_TAG: message} if message else {})}
+            self.tracker.close_if_running(run_id, tags, status)
+        if self.on_event:
+            self.on_event("end", trial, {"state": self.tracker.end_state(run_id) or state})
+
+
+def _error_text(trial) -> str:
+    path = getattr(trial, "error_file", None) or ""
+    try:
+        lines = Path(path).read_text().strip().splitlines()
+        return lines[-1] if lines else "unknown error"
+    except OSError:
+        return "unknown error"

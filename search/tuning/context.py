@@ -1,0 +1,74 @@
+"""What every trial of a sweep shares, and one trial's recipe built from Optuna's sample and that context.
+
+Plain data only (the sweep as a dict, paths, run ids), never the controller's objects, so a trial builds the same
+plan in a local Ray and on a cluster's workers, in a single process or on each data-parallel rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from finesweep.search.probe.table import combination_key
+from finesweep.spaces import SweepConfig
+from finesweep.trainer.trial import TrialPlan, plan_batches
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """What every trial of a sweep shares."""
+
+    sweep: dict[str, Any]  # SweepConfig.model_dump(mode="json")
+    tokenized: dict[str, str]  # model name -> tokenized splits folder
+    label_names: list[str] | None
+    micro_batches: dict[str, int]  # combination_key -> micro-batch the probe chose (it fits the budget)
+    eval_batches: dict[str, int]  # combination_key -> evaluation batch that fits
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    # Where tracking writes wait while the server is down (tracking-spool/ in the sweep folder). A local Ray shares
+    # the disk; on a multi-node cluster each node keeps its own spool under this path and sync runs where it is.
+    spool_dir: str = ""
+
+
+def local_batches(params: dict[str, Any], context: TrialContext) -> tuple[int, int]:
+    """(micro-batch, evaluation batch) the probe found for this process's device; 0 when none fits. The probe table
+    is per device kind today; each data-parallel rank looks up its own and the ranks agree on the minimum."""
+    key = combination_key(params["model"], params["precision"], params["method"])
+    micro = context.micro_batches.get(key, 0)
+    return micro, context.eval_batches.get(key) or micro
+
+
+def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, resume_from: str | None = None,
+               devices: int = 1, batches: tuple[int, int] | None = None) -> TrialPlan:
+    """The trial's full recipe from Optuna's sample and the sweep's shared context. A data-parallel rank passes the
+    world size as `devices` and the (micro, eval) batches all ranks agreed on; otherwise this device's are used."""
+    config = SweepConfig.model_validate(context.sweep)
+    max_micro, eval_batch = batches or local_batches(params, context)
+    if max_micro < 1:
+        key = combination_key(params["model"], params["precision"], params["method"])
+        raise MemoryError(f"{key}: the memory probe found no micro-batch that fits the budget")
+    return TrialPlan(
+        candidate=config.candidate(params["model"]).model_dump(),
+        task=config.data.task.value,
+        label_names=context.label_names,
+        tokenized_dir=context.tokenized[params["model"]],
+        output_dir=output_dir,
+        precision=params["precision"],
+        method=params["method"],
+        learning_rate=float(params["learning_rate"]),
+        weight_decay=float(params["weight_decay"]),
+        warmup_ratio=float(params["warmup_ratio"]),
+        batch=plan_batches(int(params["effective_batch_size"]), max_micro, devices),
+        eval_batch=eval_batch,
+        max_steps=config.search.max_steps,
+        eval_every_steps=config.search.eval_every_steps,
+        seed=config.seed,
+        threads=int(config.resources.cpus_per_trial),
+        trust_remote_code=config.trust_remote_code,
+        resume_from=resume_from,
+        lora_r=params.get("lora_r"),
+        lora_alpha=params.get("lora_alpha"),
+        lora_dropout=config.space.lora_dropout,
+        deepspeed_stage=config.resources.deepspeed_stage,
+    )

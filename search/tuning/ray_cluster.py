@@ -1,0 +1,54 @@
+"""Ray itself: a local Ray bound to 127.0.0.1, or an existing cluster at --address; Tune's environment settings."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from finesweep.search.tuning import ray_compat
+
+
+def start_ray(address: str | None) -> None:
+    """Join the cluster at `address`, or start a local Ray bound to 127.0.0.1."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address is None:
+        # A local Ray bound to 127.0.0.1 is reachable from this machine only; its token adds nothing.
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if address:
+        check_reachable(address)
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    else:
+        ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
+                 **ray_compat.local_node_on_loopback())
+
+
+def check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Fail at once, clearly, when nothing listens at a HOST:PORT address (Ray itself would retry for minutes)."""
+    import socket
+
+    from finesweep.spaces import SweepFileError
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto" and other forms Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise SweepFileError(
+            f"--address {address}: no Ray cluster answers there ({error}). Start one on that machine with "
+            "`ray start --head --port PORT`, check the host and port (the head's GCS port, 6379 by default), or "
+            "leave --address out to run a local Ray.") from None
+
+
+def tune_environment() -> None:
+    """Tune settings that are environment variables, read by the controller when the Tuner is built."""
+    # Tune writes its experiment state (which checkpoint each trial has) every few seconds at best by default;
+    # a controller killed in between would restart trials from older checkpoints. The state is small: save it
+    # every second.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
+    # A trial that ends before its first evaluation (diverged at step 1, out of memory) reports no metric;
+    # Tune's strict check would abort the whole sweep for it. It is recorded in MLflow and pruned in Optuna.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")

@@ -1,0 +1,77 @@
+"""How trials are chosen and stopped: Optuna's sampler through Tune's OptunaSearch (TPE, random or grid), and ASHA."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from optuna.samplers import GridSampler
+
+from finesweep.search.selection.pareto import search_objectives
+from finesweep.search.tuning import optuna_compat
+from finesweep.spaces import SweepConfig, suggest
+from finesweep.spaces.grid import distinct, grid
+
+
+class DistinctGridSampler(GridSampler):
+    """Optuna's GridSampler over the grid's distinct configurations only, without its stop at the end.
+
+    GridSampler runs the whole product of the grid's values. A trial that never asks for a conditional dimension
+    (lora_r, lora_alpha under full fine-tuning) would train the same configuration once per value of it, so the
+    product is narrowed to the points `spaces.grid.distinct` keeps. GridSampler's `study.stop()` after the last
+    point works only inside `study.optimize`; under Ray Tune (ask and tell) it raises, and Tune's num_samples
+    (capped at the grid's size) ends the search anyway. Module level: Tune pickles the searcher with its sampler.
+    """
+
+    def __init__(self, values: dict[str, list[Any]], seed: int):
+        super().__init__(values, seed=seed)
+        optuna_compat.keep_grid_points(self, lambda point: distinct(point, values))
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None
+
+
+def make_searcher(config: SweepConfig, precisions: list[str]):
+    """Optuna through Ray Tune: multivariate TPE (seeded), or random or grid search as a baseline."""
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if config.search.algorithm == "tpe":
+        # TPE samples at random for its first n_startup_trials (10 by default); a sweep of a handful of
+        # trials would never leave that phase, so a third of the budget is random and the rest is TPE. With a step
+        # budget, num_trials is only a ceiling: the trials the budget pays for (at full length) are the budget.
+        startup = min(10, max(2, planned_trials(config) // 3))
+        sampler = optuna.samplers.TPESampler(seed=config.seed, multivariate=True, n_startup_trials=startup)
+    elif config.search.algorithm == "grid":
+        values = grid(config.space, config.model_names, precisions, config.search.grid_points)
+        sampler = DistinctGridSampler(values, seed=config.seed)
+    else:
+        sampler = optuna.samplers.RandomSampler(seed=config.seed)
+    space = functools.partial(suggest, space=config.space, models=config.model_names, precisions=precisions)
+    # With a second objective, metric and mode are lists and the study has two directions (TPE, random and grid
+    # all sample for it). OptunaSearch then tells each trial's LAST result, [metric, throughput], when the trial
+    # ends (it skips intermediate reports for several objectives); the throughput there is the trial's own average.
+    metric, mode = search_objectives(config.search)
+    return OptunaSearch(space=space, sampler=sampler, metric=metric, mode=mode,
+                        points_to_evaluate=[dict(p) for p in config.search.initial_points] or None)
+
+
+def planned_trials(config: SweepConfig) -> int:
+    """How many trials the sweep expects to run: num_trials, or fewer when a step budget pays for fewer."""
+    search = config.search
+    if search.step_budget is None:
+        return search.num_trials
+    return max(1, min(search.num_trials, search.step_budget // search.max_steps))
+
+
+def make_scheduler(config: SweepConfig):
+    """ASHA over evaluations (each report is one evaluation), or none."""
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    if config.search.scheduler == "none":
+        return FIFOScheduler()
+    evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
+    return ASHAScheduler(time_attr="training_iteration", max_t=evaluations,
+                         grace_period=min(config.search.asha.grace_period, evaluations),
+                         reduction_factor=config.search.asha.reduction_factor)

@@ -1,0 +1,101 @@
+"""The Tuner of a sweep, new or restored: trainable and resources, searcher, scheduler, checkpoints, callbacks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE
+from finesweep.search.tuning.callbacks import STEP_LEDGER, StepBudgetStopper
+from finesweep.search.tuning.context import TrialContext
+from finesweep.search.tuning.moved import install_old_module_paths
+from finesweep.search.tuning.ray_cluster import tune_environment
+from finesweep.search.tuning.recovery import recover_lost_checkpoints
+from finesweep.search.tuning.samplers import make_scheduler, make_searcher
+from finesweep.search.tuning.trainable import run_trial
+from finesweep.spaces import SweepConfig
+
+
+def trial_name(trial) -> str:
+    """Short, stable names (Tune's default puts every parameter in the folder name)."""
+    return f"trial-{trial.trial_id}"
+
+
+@dataclass
+class TuneSetup:
+    """Everything a Tuner for this sweep needs besides the config."""
+
+    context: TrialContext
+    storage: Path
+    experiment_name: str
+    precisions: list[str]
+    callbacks: list[Any]
+
+
+def make_trainable(config: SweepConfig, context: TrialContext):
+    """run_trial with the sweep's shared context and per-trial resources attached (a data-parallel trial's workers
+    reserve theirs through Ray Train; the trial itself then only drives them: see distributed.py)."""
+    from ray import tune
+
+    trainable = tune.with_parameters(run_trial, context=context)
+    resources = {"cpu": config.resources.cpus_per_trial, "gpu": config.resources.gpus_per_trial}
+    if config.resources.workers_per_trial > 1:
+        from finesweep.search.tuning.distributed import DRIVER_RESOURCES, data_parallel_trainable
+
+        trainable, resources = data_parallel_trainable(trainable), DRIVER_RESOURCES
+    return tune.with_resources(trainable, resources)
+
+
+def restore_tuner(config: SweepConfig, setup: TuneSetup):
+    """The interrupted experiment, continued: finished trials stay finished, unfinished ones resume from their
+    last checkpoint, the searcher keeps its history; failed trials stay failed (their failure is recorded)."""
+    from ray import tune
+
+    tune_environment()
+    install_old_module_paths()  # a sweep started before finesweep's modules moved saved their old paths
+    path = setup.storage.resolve() / setup.experiment_name
+    recover_lost_checkpoints(path)
+    return tune.Tuner.restore(str(path), trainable=make_trainable(config, setup.context), resume_unfinished=True,
+                              resume_errored=False)
+
+
+def checkpoint_config(config: SweepConfig):
+    """Each trial keeps its best `keep_checkpoints` evaluations (plus its latest, for a restart), ranked by the
+    metric with ties to the earlier step, as pick_best ranks them: the sweep's winner is never deleted."""
+    from ray import tune
+
+    return tune.CheckpointConfig(num_to_keep=config.search.keep_checkpoints,
+                                 checkpoint_score_attribute=CHECKPOINT_SCORE, checkpoint_score_order="max")
+
+
+def make_tuner(config: SweepConfig, setup: TuneSetup):
+    from ray import tune
+
+    tune_environment()
+    trainable = make_trainable(config, setup.context)
+    tune_config = tune.TuneConfig(
+        # Tune's own metric (ASHA's, the results') is the primary one even with a second objective: ASHA ranks by
+        # one metric. OptunaSearch keeps the objectives it was built with (it ignores these once it has a space).
+        # Both judge a trial by its best evaluation so far (BEST_SO_FAR): the export picks over all evaluations.
+        metric=BEST_SO_FAR, mode=config.search.mode,
+        search_alg=make_searcher(config, setup.precisions), scheduler=make_scheduler(config),
+        num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials,
+        time_budget_s=config.search.time_budget_minutes * 60 if config.search.time_budget_minutes else None,
+        # A reused worker has transformers imported already: about 9 s saved per trial on a CPU machine. A data-parallel
+        # trial's driver cannot be reused: Tune stops it (ASHA) while it still waits on its Ray Train run.
+        reuse_actors=config.resources.workers_per_trial == 1, trial_name_creator=trial_name,
+        trial_dirname_creator=trial_name,
+    )
+    run_config = tune.RunConfig(
+        name=setup.experiment_name, storage_path=str(setup.storage.resolve()),
+        checkpoint_config=checkpoint_config(config),
+        # A trial whose worker dies (killed, node lost) or that raises restarts from its last checkpoint, twice
+        # at most; diverged and out-of-memory trials end themselves, recorded and not retried (see run_trial).
+        failure_config=tune.FailureConfig(max_failures=2),
+        callbacks=setup.callbacks, verbose=0,
+        # Tune's own time_budget_s is a Stopper too; both end the experiment the same way, whichever fires first.
+        stop=StepBudgetStopper(config.search.step_budget, setup.storage.resolve() / setup.experiment_name / STEP_LEDGER)
+        if config.search.step_budget else None,
+    )
+    return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)

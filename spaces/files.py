@@ -1,0 +1,24 @@
+"""The one way finesweep writes a state file: whole or not at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+def write_json_atomic(path: Path, data: Any, indent: int | None = 2) -> None:
+    """Write `data` as JSON to `path` through a temporary file in the same folder and a rename, so a crash mid-write
+    leaves the previous file (or none), never half of one that breaks the next command reading it. Values JSON does
+    not know are written as their text (paths, dates)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A unique temporary name: two processes saving the same file never write into each other's temporary.
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
+    try:
+        temporary.write_text(json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
