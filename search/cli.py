@@ -295,10 +295,24 @@ def predict(export_dir: Path = typer.Argument(..., help="An exported model folde
             texts: list[str] = typer.Argument(..., help="Texts (classification) or prompts (causal LM).")) -> None:
     """Run an exported model on a few texts (a smoke test of the export)."""
     _quiet_libraries(False)
-    from finesweep.trainer.predict import predict as run_predict
+    with user_errors():
+        _check_model_folder(export_dir)
+        from finesweep.trainer.predict import predict as run_predict
 
-    for text, answer in zip(texts, run_predict(export_dir, texts)):
-        typer.echo(f"{text!r} -> {json.dumps(answer)}")
+        for text, answer in zip(texts, run_predict(export_dir, texts)):
+            typer.echo(f"{text!r} -> {json.dumps(answer)}")
+
+
+def _check_model_folder(folder: Path) -> None:
+    """A folder that is not a saved model would reach transformers as a hub id, and fail with an error about
+    repository names."""
+    from finesweep.spaces import SweepFileError
+
+    if not (folder / "config.json").is_file():
+        found = "nothing is there" if not folder.exists() else "it has no config.json"
+        raise SweepFileError(
+            f"EXPORT_DIR {folder}: not a saved model folder ({found}). Give a folder an export wrote, e.g. "
+            "runs/<sweep>/export/model or runs/<sweep>/export/model-int8 (`finesweep status SWEEP` names the sweep).")
 
 
 def main() -> None:

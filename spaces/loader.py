@@ -172,9 +172,33 @@ def _resolve_paths(config: SweepConfig, base_dir: Path, sweep_path: Path) -> Swe
         m.model_copy(update={"path": resolved(f"models[{i}].path", m.path)}) if m.path else m
         for i, m in enumerate(config.models)
     ]
+    # Every path is checked before anything loads: a missing model folder would otherwise be taken for a hub id
+    # by transformers, which fails far later with an error about repository names.
+    for key, value in data_paths.items():
+        _check_exists(problems, f"data.{key}", config.data.model_dump()[key], Path(value), base_dir)
+    for i, (given, model) in enumerate(zip(config.models, models)):
+        if model.path:
+            _check_exists(problems, f"models[{i}].path", given.path, Path(model.path), base_dir, folder=True)
+            if model.gguf_file:
+                _check_exists(problems, f"models[{i}].gguf_file", model.gguf_file, Path(model.path) / model.gguf_file,
+                              base_dir)
     if problems:
         raise SweepFileError("\n".join([f"sweep file {sweep_path}: {len(problems)} problem(s):", *(f"  - {p}" for p in problems)]))
     return config.model_copy(update={"data": data, "models": models})
+
+
+def _check_exists(problems: list[str], where: str, given: str, path: Path, base_dir: Path, folder: bool = False) -> None:
+    """Adds a problem when `path` (what `given` resolved to) does not exist, or is not a folder where one is needed."""
+    if problems and any(p.startswith(f"{where}:") for p in problems):
+        return  # already reported (e.g. an unknown pkg:// package)
+    relative = "" if Path(given).is_absolute() or given.startswith(PACKAGE_SCHEME) else f" (relative to {base_dir})"
+    if not path.exists():
+        problems.append(f"{where}: nothing at {given!r}, resolved to {path}{relative}. Fix the path (paths in a sweep "
+                        "file are relative to the sweep file's folder), or pkg://package/inside/path for a file an "
+                        "installed package ships.")
+    elif folder and not path.is_dir():
+        problems.append(f"{where}: {path} is a file, but a model is a folder (config.json, weights, tokenizer files); "
+                        "give the folder that holds it (for a GGUF file: the folder as path, the file name as gguf_file).")
 
 
 def json_schema() -> dict[str, Any]:

@@ -123,7 +123,7 @@ def leaderboard_table(tracker, experiment_id: str, parent_run_id: str, metric: s
     """Trials of one sweep, best first, read back from the tracking store."""
     rows = []
     for run in tracker.trial_runs(experiment_id, parent_run_id):
-        history = tracker.client.get_metric_history(run.info.run_id, metric)
+        history = tracker.metric_history(run.info.run_id, metric)
         best = (max if mode == "max" else min)(history, key=lambda m: m.value) if history else None
         rows.append((run, best))
     sign = -1 if mode == "max" else 1

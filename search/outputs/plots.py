@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import TRIAL_TAG
 from finesweep.spaces import SweepConfig, suggest
-from finesweep.spaces.config import FloatRange
+from finesweep.spaces.space import categorical_choices, float_ranges
 
 if TYPE_CHECKING:
     import optuna
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PLOT_FOLDER = "plots"  # artifact folder on the parent run
-FLOAT_DIMENSIONS = ("learning_rate", "warmup_ratio", "weight_decay")
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ def trial_curves(tracker: Tracker, experiment_id: str, parent_run_id: str, metri
     curves = []
     runs = [r for r in tracker.trial_runs(experiment_id, parent_run_id) if TRIAL_TAG in r.data.tags]
     for run in sorted(runs, key=lambda r: r.info.start_time or 0):
-        by_step = {m.step: m.value for m in tracker.client.get_metric_history(run.info.run_id, metric)
+        by_step = {m.step: m.value for m in tracker.metric_history(run.info.run_id, metric)
                    if math.isfinite(m.value)}  # a step logged twice (a resumed trial) counts once
         if by_step:
             curves.append(TrialCurve(run.info.run_id, run.info.run_name or run.data.tags[TRIAL_TAG],
@@ -71,23 +70,15 @@ def trial_curves(tracker: Tracker, experiment_id: str, parent_run_id: str, metri
     return curves
 
 
-def space_choices(config: SweepConfig, precisions: list[str]) -> dict[str, list[Any]]:
-    """The categorical dimensions as `spaces.suggest` samples them, with their choices in the space's types."""
-    space = config.space
-    return {"model": list(config.model_names), "precision": list(precisions),
-            "effective_batch_size": list(space.effective_batch_size), "method": [m.value for m in space.method],
-            "lora_r": list(space.lora_r), "lora_alpha": list(space.lora_alpha)}
-
-
 def typed_params(logged: dict[str, str], config: SweepConfig, precisions: list[str]) -> dict[str, Any]:
     """The logged strings mapped back to the space's values; a value outside the space is left out."""
     typed: dict[str, Any] = {}
-    for name, choices in space_choices(config, precisions).items():
+    for name, choices in categorical_choices(config.space, config.model_names, precisions).items():
         match = [c for c in choices if str(c) == logged.get(name)]
         if match:
             typed[name] = match[0]
-    for name in FLOAT_DIMENSIONS:
-        if isinstance(getattr(config.space, name), FloatRange) and name in logged:
+    for name in float_ranges(config.space):
+        if name in logged:
             typed[name] = float(logged[name])
     return typed
 

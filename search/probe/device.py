@@ -53,7 +53,13 @@ def usable_precisions(requested: list[str], device: Device) -> list[str]:
         else:
             log.warning("precision %s removed from the space: %s", precision, reason)
     if not usable:
-        raise ValueError(f"space.precision: none of {requested} can train on {device.name}; add fp32")
+        from finesweep.spaces import SweepFileError
+
+        reasons = "; ".join(f"{p}: {device.supports(p)[1]}" for p in requested)
+        raise SweepFileError(
+            f"space.precision: none of {requested} can train on this machine's {device.kind} ({device.name}): "
+            f"{reasons}. Add fp32 to space.precision (it trains everywhere), or run the sweep on a machine that has "
+            "what the precisions need.")
     return usable
 
 

@@ -268,13 +268,18 @@ class Tracker:
             return None
         return self._read(lambda: self.client.get_run(run_id).data.tags.get(END_STATE_TAG), None, "end state")
 
+    def metric_history(self, run_id: str, key: str) -> list:
+        """Every logged value of `key` for the run, as the server has them, retried ([] when it does not answer)."""
+        run_id = self._resolve(run_id)
+        if self._local_only(run_id):
+            return []
+        return self._read(lambda: self.client.get_metric_history(run_id, key), [], f"{key} history of {run_id}")
+
     def last_step(self, run_id: str, key: str) -> int:
         """The last step at which `key` was logged for the run, on the server or in the spool (0 if none)."""
         run_id = self._resolve(run_id)
         steps = set(self.spool.metric_steps(run_id, key)) if self.spool is not None else set()
-        if not self._local_only(run_id):
-            history = self._read(lambda: self.client.get_metric_history(run_id, key), [], f"{key} history of {run_id}")
-            steps |= {m.step for m in history}
+        steps |= {m.step for m in self.metric_history(run_id, key)}
         return max(steps, default=0)
 
     def trial_run(self, experiment_id: str, parent_run_id: str, trial_id: str) -> str | None:

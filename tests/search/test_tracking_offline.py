@@ -25,10 +25,55 @@ REPO = Path(__file__).resolve().parents[2]
 RETRY_BUDGET = "1"  # seconds per call before a write is spooled (the default, 30, is for real outages)
 
 
-def test_retry_waits_stay_within_the_budget():
-    policy = RetryPolicy()
-    assert policy.attempts >= 3 and 10 <= policy.budget_s <= 60
-    assert sum(policy.wait(i) for i in range(policy.attempts - 1)) <= policy.budget_s
+def test_a_call_retries_with_doubling_waits_then_gives_up_within_its_budget(tmp_path, monkeypatch):
+    """The call itself, not the formula: every attempt made, the waits it slept double, and the whole call stays
+    inside the budget before it raises."""
+    from finesweep.search.tracking import client as client_module
+
+    slept, calls = [], []
+    monkeypatch.setattr(client_module.time, "sleep", slept.append)
+    policy = RetryPolicy(attempts=4, budget_s=8.0)
+    tracker = Tracker(f"http://127.0.0.1:{_free_port()}", policy=policy)
+
+    def down():
+        calls.append(1)
+        raise ConnectionError("refused")
+
+    with pytest.raises(TrackingUnavailable):
+        tracker.call(down)
+    assert len(calls) == policy.attempts, "every attempt is made"
+    assert slept == [1.0, 2.0, 4.0] and sum(slept) <= policy.budget_s
+    calls.clear()
+    with pytest.raises(TrackingUnavailable, match="retrying later"):
+        tracker.call(down)  # in its cool-down the server is not asked again
+    assert not calls
+
+
+def test_a_brief_server_error_while_reading_the_leaderboard_is_retried(tmp_path, monkeypatch):
+    """The leaderboard is read just before the export: one failed read must not fail a finished sweep."""
+    from mlflow.exceptions import MlflowException
+
+    from finesweep.search.outputs.console import leaderboard_table
+    from finesweep.search.tracking import client as client_module
+
+    monkeypatch.setattr(client_module.time, "sleep", lambda s: None)
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = tracker.experiment("s", None)
+    parent = tracker.start_run(experiment, "sweep", {})
+    trial = tracker.start_run(experiment, "trial-a", {TRIAL_TAG: "a"}, parent)
+    tracker.log_metric_rows(trial, [(5, {"eval_loss": 0.9}, 0), (10, {"eval_loss": 0.4}, 0)])
+    real, failures = tracker.client.get_metric_history, []
+
+    def flaky(run_id, key):
+        if not failures:
+            failures.append(key)
+            raise MlflowException("the server is restarting", error_code="TEMPORARILY_UNAVAILABLE")
+        return real(run_id, key)
+
+    monkeypatch.setattr(tracker.client, "get_metric_history", flaky)
+    table = leaderboard_table(tracker, experiment, parent, "eval_loss", "min")
+    assert failures == ["eval_loss"], "the first read failed"
+    assert "0.4" in "".join(str(cell) for column in table.columns for cell in column._cells)
 
 
 def test_spooled_writes_replay_once_with_real_ids_in_order(tmp_path, monkeypatch):

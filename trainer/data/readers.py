@@ -103,7 +103,26 @@ def iter_rows(source: Source, encoding: str) -> Iterator[tuple[int, Row]]:
             raise decode_error(source.path, encoding) from None
 
 
+# Text files never hold a NUL byte (in the 8-bit encodings and utf-8 that data files use); binary ones almost always
+# do within their first few kilobytes (git's own test for "binary").
+BINARY_PROBE_BYTES = 8192
+
+
+def check_text(path: Path, fmt: str) -> None:
+    """A binary file (a spreadsheet, an archive, a Parquet file named .csv) is said to be one, instead of being read
+    as text into garbage column names."""
+    with path.open("rb") as handle:
+        head = handle.read(BINARY_PROBE_BYTES)
+    if b"\x00" in head:
+        raise DataError(
+            f"{path}: this is not a text file (it holds NUL bytes), so it cannot be read as {fmt.upper()}. If it is a "
+            "spreadsheet, export it as CSV; if it is Parquet, name it .parquet or set data.format: parquet; a "
+            "compressed file must be decompressed first."
+        )
+
+
 def _text_rows(path: Path, fmt: str, encoding: str) -> Iterator[tuple[int, Row]]:
+    check_text(path, fmt)
     if fmt == "jsonl" and path.suffix.lower() == ".json" and _starts_with_bracket(path, encoding):
         yield from _json_array(path, encoding)
         return
