@@ -211,3 +211,12 @@ def test_sweep_prepare_data_reports_lengths_and_saves_histogram(sentiment_csv, t
     assert "tiny tokens: p50" in console.out.export_text()
     again = prepare(config.data, config.seed, tmp_path / "t" / "cache")
     assert again.length_plot == plot and again.report.tokens == {"tiny": entry}
+
+
+@pytest.mark.parametrize("header", [b"PK\x03\x04\x14\x00\x06\x00", b"PAR1\x15\x04\x15\x00"])  # xlsx (zip), Parquet
+def test_a_binary_file_named_csv_is_said_to_be_one(tmp_path, header):
+    path = tmp_path / "data.csv"
+    path.write_bytes(header + bytes(range(256)) * 8)
+    config = DataConfig(path=str(path), encoding="latin-1")  # latin-1 decodes any byte: only the NUL check can tell
+    with pytest.raises(DataError, match=r"data.csv: this is not a text file \(it holds NUL bytes\).*CSV.*export it"):
+        prepare(config, 0, tmp_path / "cache")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from finesweep.spaces.config import Task
+from finesweep.spaces.files import write_json_atomic
 from finesweep.trainer.data.readers import DataError
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ def _build(prepared_folder: Path, tokenizer: Any, task: Task, max_seq_len: int, 
     tokenized = DatasetDict(out)
     tokenized.save_to_disk(str(work))
     summary = {"max_seq_len": max_seq_len, "too_long_action": too_long, "per_split": counts, "max_token_id": _max_id(tokenized)}
-    (work / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    write_json_atomic(work / SUMMARY_FILE, summary)
 
 
 def publish(work: Path, final: Path) -> None:

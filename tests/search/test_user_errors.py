@@ -1,0 +1,61 @@
+"""A user's mistake ends in one paragraph (where, the rule, what was found, the fix) and exit code 2, never a traceback,
+and before anything loads or trains."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from finesweep.search.probe.device import Device, usable_precisions
+from finesweep.spaces import SweepFileError
+from tests import tiny
+
+SWEEP = """
+name: mistakes
+data: {{path: data.csv}}
+models: [{{name: tiny, path: {model}}}]
+"""
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "finesweep.search.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def _user_error(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    return result.stderr
+
+
+def test_only_precisions_this_machine_cannot_train_in_is_a_sweep_file_error():
+    cpu = Device("cpu", "a test CPU", 8 * 2**30)
+    with pytest.raises(SweepFileError, match=r"space.precision: none of \['fp16'\].*fp16.*CUDA.*Add fp32"):
+        usable_precisions(["fp16"], cpu)
+    assert usable_precisions(["fp32", "fp16"], cpu) == ["fp32"], "fp16 alone is removed when fp32 is there"
+
+
+def test_a_model_path_that_does_not_exist_is_reported_before_anything_loads(tmp_path):
+    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(60))
+    (tmp_path / "sweep.yaml").write_text(SWEEP.format(model="modle"))
+    message = _user_error(_cli("data", "sweep.yaml", cwd=tmp_path))
+    assert "models[0].path: nothing at 'modle'" in message and str(tmp_path) in message
+    assert "Repo id" not in message, "not taken for a hub id"
+
+
+def test_a_data_file_given_as_a_model_folder_is_reported(tmp_path):
+    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(60))
+    (tmp_path / "sweep.yaml").write_text(SWEEP.format(model="data.csv"))
+    message = _user_error(_cli("data", "sweep.yaml", cwd=tmp_path))
+    assert "models[0].path" in message and "is a file, but a model is a folder" in message
+
+
+def test_predict_on_a_folder_that_holds_no_model(tmp_path):
+    message = _user_error(_cli("predict", str(tmp_path / "runs" / "export" / "model"), "hello", cwd=tmp_path))
+    assert "not a saved model folder (nothing is there)" in message
+    (tmp_path / "empty").mkdir()
+    assert "it has no config.json" in _user_error(_cli("predict", "empty", "hello", cwd=tmp_path))
