@@ -10,13 +10,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_precisions
+from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions
 from finesweep.search.outputs.console import Console
 from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEVICE_TAG, GIT_COMMIT_TAG,
                                             GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
-from finesweep.spaces import SweepConfig
+from finesweep.spaces import Method, SweepConfig
 from finesweep.spaces.files import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,9 @@ def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, co
     check_deepspeed(config.resources.deepspeed_stage, device)
     folder.root.mkdir(parents=True, exist_ok=True)
     precisions = usable_precisions([p.value for p in config.space.precision], device)
+    methods = usable_methods([m.value for m in config.space.method], device)
+    if len(methods) < len(config.space.method):
+        config = config.model_copy(update={"space": config.space.model_copy(update={"method": [Method(m) for m in methods]})})
     console.header(config, device, folder.root)
     data = prepare_data(config, folder, console)
     probes = measure_memory(config, folder, device, precisions, data, console)
@@ -256,6 +259,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
         micro_batches={k: v.micro_batch for k, v in session.probes.items()},
         eval_batches={k: v.eval_batch_size for k, v in session.probes.items()}, tracking_uri=tracker.uri,
         experiment_id=session.experiment_id, parent_run_id=session.parent, spool_dir=str(tracker.spool.folder),
+        checkpointing={k: v.gradient_checkpointing for k, v in session.probes.items()},
     )
     start_ray(address)
     session.console.search_start(config.search.algorithm, config.search.scheduler)

@@ -31,6 +31,12 @@ class Precision(str, Enum):
 class Method(str, Enum):
     full = "full"
     lora = "lora"
+    qlora = "qlora"  # LoRA on a base loaded in 4-bit NF4 (bitsandbytes)
+
+    @property
+    def has_adapter(self) -> bool:
+        """Whether the trial trains LoRA adapters (and samples lora_r and lora_alpha)."""
+        return self in (Method.lora, Method.qlora)
 
 
 class Quantization(str, Enum):
@@ -153,9 +159,9 @@ class SpaceConfig(_Section):
     effective_batch_size: list[Annotated[int, Field(ge=1)]] = Field([16, 32], min_length=1, description="Samples per optimizer step; the probe picks the micro-batch.")
     precision: list[Precision] = Field([Precision.fp32, Precision.bf16], min_length=1, description="Training precisions to try.")
     model: list[str] | None = Field(None, description="Candidate names to try; unset = every entry of `models`.")
-    method: list[Method] = Field([Method.full], min_length=1, description="full fine-tuning and/or lora.")
-    lora_r: list[Annotated[int, Field(ge=1)]] = Field([8, 16], min_length=1, description="LoRA rank (only sampled for lora).")
-    lora_alpha: list[Annotated[int, Field(ge=1)]] = Field([16, 32], min_length=1, description="LoRA alpha (only sampled for lora).")
+    method: list[Method] = Field([Method.full], min_length=1, description="full fine-tuning, lora, and/or qlora (LoRA on the base loaded in 4-bit NF4 with double quantization, computing in the trial's precision; bitsandbytes).")
+    lora_r: list[Annotated[int, Field(ge=1)]] = Field([8, 16], min_length=1, description="LoRA rank (only sampled for lora and qlora).")
+    lora_alpha: list[Annotated[int, Field(ge=1)]] = Field([16, 32], min_length=1, description="LoRA alpha (only sampled for lora and qlora).")
     lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
     warmup_ratio: FloatDim = Field(0.06, description="Fraction of max_steps spent warming up.")
     weight_decay: FloatDim = Field(0.01, description="AdamW weight decay.")
@@ -266,6 +272,7 @@ class ResourcesConfig(_Section):
     memory_budget: str = Field("6GiB", pattern=r"^\s*\d+(\.\d+)?\s*([KMGT]i?B|B)?\s*$", description="CPU: memory the concurrently running trials may use together (e.g. 6GiB); each trial's probe gets an equal share.")
     max_micro_batch: int | None = Field(None, ge=1, description="Largest micro-batch the probe tries; unset = the largest effective batch.")
     micro_batch: Literal["fastest", "largest"] = Field("fastest", description="Micro-batch trials use: the probe's fastest (samples/s) fitting one, or the largest that fits.")
+    gradient_checkpointing: Literal["auto", "on", "off"] = Field("auto", description="Recompute activations in the backward pass to fit a larger micro-batch. auto: where the largest effective batch needs gradient accumulation, the probe also measures with checkpointing and each trial trains with the plan whose measured samples/s is higher; on or off: always or never.")
 
     @model_validator(mode="after")
     def _one_gpu_per_rank(self) -> "ResourcesConfig":

@@ -36,8 +36,9 @@ def float_ranges(space: SpaceConfig) -> dict[str, FloatRange]:
 
 
 def unsuggested(point: Mapping[str, Any]) -> tuple[str, ...]:
-    """The conditional dimensions `suggest` never asks for at `point`: the LoRA ones unless the method is lora."""
-    return () if point.get("method") == Method.lora.value else LORA_DIMENSIONS
+    """The conditional dimensions `suggest` never asks for at `point`: the LoRA ones unless the method trains adapters."""
+    method = point.get("method")
+    return () if method in Method.__members__ and Method(method).has_adapter else LORA_DIMENSIONS
 
 
 def suggest(trial: SuggestingTrial, space: SpaceConfig, models: list[str], precisions: list[str]) -> dict[str, Any]:

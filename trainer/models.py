@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from finesweep.spaces import ModelCandidate, Task
+from finesweep.spaces import Method, ModelCandidate, Precision, Task
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -75,6 +76,62 @@ def load_model(
 def load_checkpoint(folder: str, task: Task, **extra: Any) -> "PreTrainedModel":
     """A model saved by a trial or an export (config and safetensors in `folder`; labels in its config)."""
     return auto_model_class(task).from_pretrained(folder, **extra)
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """How a trial (or a probe step) trains the candidate: the method, its LoRA dimensions, the precision the 4-bit
+    base of qlora computes in, and whether activations are recomputed (gradient checkpointing)."""
+
+    method: str = Method.full.value
+    precision: str = Precision.fp32.value
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    gradient_checkpointing: bool = False
+
+
+# Checkpointing through torch.utils.checkpoint's non-reentrant path: it needs no input that requires grad, so it
+# works the same with frozen embeddings (LoRA, qlora) as with full fine-tuning (and it is what torch recommends).
+CHECKPOINTING_KWARGS = {"use_reentrant": False}
+
+
+def load_trainable(candidate: ModelCandidate, task: Task, label_names: list[str] | None, setup: TrainingSetup,
+                   trust_remote_code: bool = False, device: str = "cpu") -> "PreTrainedModel":
+    """The candidate ready to train by `setup`, on `device`: full weights, LoRA adapters on the full model, or LoRA
+    adapters on a 4-bit base (qlora, prepared for k-bit training as peft prescribes)."""
+    method = Method(setup.method)
+    if method == Method.qlora:
+        model = load_model(candidate, task, label_names, trust_remote_code,
+                           quantization_config=four_bit_base(setup.precision, task), device_map={"": device})
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=setup.gradient_checkpointing,
+                                                gradient_checkpointing_kwargs=CHECKPOINTING_KWARGS)
+    else:
+        model = load_model(candidate, task, label_names, trust_remote_code).to(device)
+        if setup.gradient_checkpointing:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=CHECKPOINTING_KWARGS)
+    if method.has_adapter:
+        model = apply_lora(model, task, setup.lora_r, setup.lora_alpha, setup.lora_dropout)
+    return model
+
+
+# A classifier's new head trains in full (peft saves it whole beside the adapters, under these names for sequence
+# classification), so it is never quantized; a causal LM's output layer stays unquantized by transformers' default.
+CLASSIFIER_HEADS = ["classifier", "score"]
+
+
+def four_bit_base(precision: str, task: Task) -> Any:
+    """QLoRA's base: NF4 weights with double quantization (the QLoRA paper's recipe), computing in the trial's
+    precision (fp32 where the trial trains in fp32)."""
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    compute = {Precision.bf16.value: torch.bfloat16, Precision.fp16.value: torch.float16}.get(precision, torch.float32)
+    skip = CLASSIFIER_HEADS if Task(task) == Task.classification else None
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=compute, llm_int8_skip_modules=skip)
 
 
 def apply_lora(model: "PreTrainedModel", task: Task, r: int, alpha: int, dropout: float) -> "PreTrainedModel":

@@ -12,9 +12,12 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from finesweep.spaces import Method, ModelCandidate, Precision, Task
+from finesweep.spaces import ModelCandidate, Precision, Task
+
+if TYPE_CHECKING:
+    from finesweep.trainer.models import TrainingSetup
 
 _WARMUP_STEPS = 1  # the first step allocates optimizer state and warms kernels: measured for memory, never timed
 
@@ -32,6 +35,7 @@ class ProbeRequest:
     batch: int
     trust_remote_code: bool = False
     lora_r: int = 8
+    gradient_checkpointing: bool = False
     mode: str = "train"  # "train": forward+backward+AdamW; "eval": one forward under no_grad
     timed_steps: int = 1  # train steps timed after the warm-up one (the median is reported)
 
@@ -123,24 +127,31 @@ class _ModelCache:
         self.model = None
 
     def get(self, request: ProbeRequest, device: str):
-        key = (repr(request.candidate), request.task, request.method, request.num_labels)
+        key = (repr(request.candidate), request.task, request.num_labels, _setup(request))
         if key != self.key:
             self.model, self.key = None, None
             gc.collect()
-            self.model = _load(request).to(device)
+            self.model = _load(request, device)
             self.key = key
         return self.model
 
 
-def _load(request: ProbeRequest):
+def _setup(request: ProbeRequest) -> "TrainingSetup":
+    """What the trials of this combination train with (dropout does not change memory or speed: none here)."""
+    from finesweep.trainer.models import TrainingSetup
+
+    return TrainingSetup(method=request.method, precision=request.precision, lora_r=request.lora_r,
+                         lora_alpha=2 * request.lora_r, lora_dropout=0.0,
+                         gradient_checkpointing=request.gradient_checkpointing)
+
+
+def _load(request: ProbeRequest, device: str):
     from finesweep.trainer import models
 
     task = Task(request.task)
     labels = [str(i) for i in range(request.num_labels)] if task == Task.classification else None
-    model = models.load_model(ModelCandidate(**request.candidate), task, labels, request.trust_remote_code)
-    if request.method == Method.lora.value:
-        model = models.apply_lora(model, task, request.lora_r, 2 * request.lora_r, 0.0)
-    return model
+    return models.load_trainable(ModelCandidate(**request.candidate), task, labels, _setup(request),
+                                 request.trust_remote_code, device)
 
 
 def run_attempt(request: ProbeRequest, cache: _ModelCache, gauge: MemoryGauge, device: str) -> ProbeAttempt:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from finesweep.spaces import Method, ModelCandidate, Precision, Task
+from finesweep.spaces import ModelCandidate, Precision, Task
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,7 @@ class TrialPlan:
     lora_alpha: int | None = None
     lora_dropout: float = 0.05
     deepspeed_stage: int = 0  # ZeRO stage through the Trainer's DeepSpeed integration; 0 = plain torch
+    gradient_checkpointing: bool = False  # the probe's plan for this combination (resources.gradient_checkpointing)
 
     def params(self) -> dict[str, Any]:
         """The numbers worth logging once per trial."""
@@ -200,17 +201,27 @@ def _load_model(plan: TrialPlan, candidate: ModelCandidate, task: Task, tokenize
     # The new head (and LoRA's adapters) are initialised here, before the Trainer seeds anything: seed now, or
     # the same trial trains from a different start each time it runs.
     set_seed(plan.seed)
-    model = models.load_model(candidate, task, plan.label_names, plan.trust_remote_code)
+    setup = models.TrainingSetup(method=plan.method, precision=plan.precision, lora_r=plan.lora_r or 8,
+                                 lora_alpha=plan.lora_alpha or 16, lora_dropout=plan.lora_dropout,
+                                 gradient_checkpointing=plan.gradient_checkpointing)
+    model = models.load_trainable(candidate, task, plan.label_names, setup, plan.trust_remote_code, _device())
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
-    if plan.method == Method.lora.value:
-        model = models.apply_lora(model, task, plan.lora_r or 8, plan.lora_alpha or 16, plan.lora_dropout)
     return model
+
+
+def _device() -> str:
+    """Where this process trains: its CUDA device when it has one (Ray gives a trial its GPUs), else the CPU."""
+    import torch
+
+    return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
 
 
 def _training_arguments(plan: TrialPlan):
     import torch
     from transformers import TrainingArguments
+
+    from finesweep.trainer.models import CHECKPOINTING_KWARGS
 
     on_cuda = torch.cuda.is_available()
     return TrainingArguments(
@@ -241,6 +252,8 @@ def _training_arguments(plan: TrialPlan):
         disable_tqdm=True,
         dataloader_num_workers=0,
         deepspeed=deepspeed_config(plan.deepspeed_stage) if plan.deepspeed_stage else None,
+        activation_checkpointing=plan.gradient_checkpointing,
+        activation_checkpointing_kwargs=CHECKPOINTING_KWARGS if plan.gradient_checkpointing else None,
     )
 
 

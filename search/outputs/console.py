@@ -39,14 +39,16 @@ class Console:
 
     def probe_table(self, results: dict[str, Any]) -> None:
         margin = next(iter(results.values())).margin if results else 0
-        table = Table("model", "precision", "method", "seq", "max micro", "used", "eval", "peak / budget at max",
-                      "samples/s", "steps (attempts)", "seconds",
-                      title=f"Memory probe: fits when peak x {1 + margin:.2f} <= budget; trials train at 'used' (resources.micro_batch)")
+        table = Table("model", "precision", "method", "seq", "recompute", "max micro", "used", "eval",
+                      "peak / budget at max", "samples/s", "other plan", "steps (attempts)", "seconds",
+                      title=f"Memory probe: fits when peak x {1 + margin:.2f} <= budget; trials train at 'used' "
+                            "(resources.micro_batch), recomputing activations where 'recompute' says so")
         for r in results.values():
             peak = (r.attempt_at(r.max_micro_batch) or {}).get("peak_bytes", 0)
-            table.add_row(r.model, r.precision, r.method, str(r.seq_len), str(r.max_micro_batch), str(r.micro_batch),
-                          str(r.eval_batch_size), f"{peak / 2**30:.2f} / {r.budget_bytes / 2**30:.2f} GiB",
-                          f"{r.samples_per_second:.1f}", f"{r.probe_steps} ({len(r.attempts)})", f"{r.seconds:.1f}")
+            table.add_row(r.model, r.precision, r.method, str(r.seq_len), "yes" if r.gradient_checkpointing else "no",
+                          str(r.max_micro_batch), str(r.micro_batch), str(r.eval_batch_size),
+                          f"{peak / 2**30:.2f} / {r.budget_bytes / 2**30:.2f} GiB", f"{r.samples_per_second:.1f}",
+                          _other_plan(r.alternative), f"{r.probe_steps} ({len(r.attempts)})", f"{r.seconds:.1f}")
         self.out.print(table)
 
     def search_start(self, algorithm: str, scheduler: str) -> None:
@@ -137,6 +139,14 @@ def leaderboard_table(tracker, experiment_id: str, parent_run_id: str, metric: s
                       p.get("effective_batch_size", ""), f"{p.get('micro_batch', '')} x {p.get('gradient_accumulation', '')}",
                       _fmt(best.value) if best else "-", str(best.step) if best else "-", tags.get(END_STATE_TAG, run.info.status))
     return table
+
+
+def _other_plan(plan: dict[str, Any] | None) -> str:
+    """The plan the probe measured and did not choose (gradient checkpointing on or off), in a cell."""
+    if not plan:
+        return "-"
+    recompute = "recompute" if plan["gradient_checkpointing"] else "no recompute"
+    return f"{recompute}: micro {plan['micro_batch']}, {plan['samples_per_second']:.1f}/s"
 
 
 def _fmt(value: Any) -> str:

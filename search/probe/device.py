@@ -63,6 +63,26 @@ def usable_precisions(requested: list[str], device: Device) -> list[str]:
     return usable
 
 
+def usable_methods(requested: list[str], device: Device) -> list[str]:
+    """The requested training methods this machine can run; each one removed is logged with its reason. qlora trains
+    LoRA on a 4-bit base through bitsandbytes, which does so on CUDA and on x86-64 CPUs (measured with 0.50)."""
+    import importlib.util
+
+    usable = []
+    for method in requested:
+        if method == "qlora" and importlib.util.find_spec("bitsandbytes") is None:
+            log.warning("method qlora removed from the space: it needs bitsandbytes (pip install bitsandbytes)")
+            continue
+        usable.append(method)
+    if not usable:
+        from finesweep.spaces import SweepFileError
+
+        raise SweepFileError(
+            f"space.method: none of {requested} can train on this machine's {device.kind} ({device.name}): qlora "
+            "needs bitsandbytes. Install it (pip install bitsandbytes), or add lora or full to space.method.")
+    return usable
+
+
 def check_deepspeed(stage: int, device: Device) -> None:
     """resources.deepspeed_stage needs CUDA and the deepspeed package: said before any trial runs."""
     import importlib.util

@@ -8,13 +8,14 @@ probe process, so leftover memory never makes a later attempt fail.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field, replace
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, fastest_batch, find_eval_batch,
                                                  find_max_micro_batch, throughput_candidates)
@@ -46,6 +47,8 @@ class ProbeResult:
     seed_prediction: int = 0  # the memory model's first guess from the seed batches, for the record
     search_attempts: int = 0  # the first attempts, which found the max; then throughput candidates and eval
     margin: float = SAFETY_MARGIN
+    gradient_checkpointing: bool = False  # whether these measurements (and so the trials) recompute activations
+    alternative: dict[str, Any] | None = None  # the plan measured and not chosen (resources.gradient_checkpointing: auto)
 
     @property
     def key(self) -> str:
@@ -68,10 +71,14 @@ class ProbeResult:
         """This result with micro_batch set by the policy ("fastest" or "largest")."""
         return replace(self, micro_batch=self.max_micro_batch if policy == "largest" else self.best_micro_batch)
 
+    def plan(self) -> dict[str, Any]:
+        """The plan in a line of the table: checkpointing, micro-batch and its samples/s."""
+        return {"gradient_checkpointing": self.gradient_checkpointing, "max_micro_batch": self.max_micro_batch,
+                "micro_batch": self.micro_batch, "samples_per_second": round(self.samples_per_second, 2)}
+
 
 def combination_key(model: str, precision: str, method: str) -> str:
     return f"{model}|{precision}|{method}"
-
 
 def memory_budget(config: SweepConfig, device: Device) -> int:
     """Bytes one trial may use: trials that run at once share the device, the GPU's memory (by their GPU
@@ -85,10 +92,9 @@ def memory_budget(config: SweepConfig, device: Device) -> int:
 def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_len: int,
               num_labels: int, cache_file: Path) -> dict[str, ProbeResult]:
     """Probe every combination the space can sample; results are cached in `cache_file` by what they depend on."""
-    cached = _read_cache(cache_file)
-    budget = memory_budget(config, device)
     cap = config.resources.max_micro_batch or max(config.space.effective_batch_size)
-    worker = ProbeWorker(device, threads=int(config.resources.cpus_per_trial))
+    prober = _CachedProber(ProbeWorker(device, threads=int(config.resources.cpus_per_trial)), device,
+                           memory_budget(config, device), cap, config.resources.micro_batch, cache_file)
     results: dict[str, ProbeResult] = {}
     try:
         for model in config.model_names:
@@ -97,15 +103,50 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
                     base = ProbeRequest(candidate=config.candidate(model).model_dump(), task=config.data.task.value,
                                         num_labels=num_labels, precision=precision, method=method, seq_len=seq_len,
                                         batch=cap, trust_remote_code=config.trust_remote_code)
-                    fingerprint = _fingerprint(base, device, budget)
-                    if fingerprint not in cached:
-                        cached[fingerprint] = asdict(_probe_one(worker, base, model, cap, budget, device))
-                        _write_cache(cache_file, cached)
-                    result = ProbeResult(**cached[fingerprint]).choose(config.resources.micro_batch)
+                    result = checkpointing_plan(functools.partial(prober.measure, base),
+                                                config.resources.gradient_checkpointing, cap)
                     results[result.key] = result
     finally:
-        worker.close()
+        prober.worker.close()
     return results
+
+
+@dataclass
+class _CachedProber:
+    """Probes one request at a time, each answer kept in the cache file under what it depends on."""
+
+    worker: ProbeWorker
+    device: Device
+    budget: int
+    cap: int
+    policy: str  # resources.micro_batch
+    cache_file: Path
+
+    def measure(self, base: ProbeRequest, checkpointing: bool) -> ProbeResult:
+        request = replace(base, gradient_checkpointing=checkpointing)
+        cached = _read_cache(self.cache_file)
+        fingerprint = _fingerprint(request, self.device, self.budget)
+        if fingerprint not in cached:
+            result = _probe_one(self.worker, request, request.candidate["name"], self.cap, self.budget, self.device)
+            cached[fingerprint] = asdict(result)
+            _write_cache(self.cache_file, cached)
+        return ProbeResult(**cached[fingerprint]).choose(self.policy)
+
+
+def checkpointing_plan(measured: Callable[[bool], ProbeResult], setting: str, cap: int) -> ProbeResult:
+    """The plan a combination's trials train with (resources.gradient_checkpointing). auto: without checkpointing
+    when the largest effective batch (`cap`) fits in one micro-batch (recomputing would only cost time); else both
+    plans measured and the one with more samples/s wins (a larger micro-batch against the recompute's cost)."""
+    if setting != "auto":
+        return measured(setting == "on")
+    plain = measured(False)
+    if plain.max_micro_batch >= cap:
+        return plain
+    recomputed = measured(True)
+    chosen, other = (recomputed, plain) if recomputed.samples_per_second > plain.samples_per_second else (plain, recomputed)
+    log.info("probe %s: gradient checkpointing %s (%.1f samples/s against %.1f)", chosen.key,
+             "on" if chosen.gradient_checkpointing else "off", chosen.samples_per_second, other.samples_per_second)
+    return replace(chosen, alternative=other.plan())
 
 
 def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, budget: int, device: Device) -> ProbeResult:
@@ -121,14 +162,15 @@ def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, bu
                        device=device.name, budget_bytes=budget, max_micro_batch=top,
                        attempts=[asdict(a) for a in attempts], seconds=time.perf_counter() - started,
                        best_micro_batch=fastest_batch(search.attempts, search.limit, top), eval_batch_size=eval_batch,
-                       seed_prediction=search.seed_prediction, search_attempts=search_attempts)
+                       seed_prediction=search.seed_prediction, search_attempts=search_attempts,
+                       gradient_checkpointing=base.gradient_checkpointing)
 
 
 def _fingerprint(request: ProbeRequest, device: Device, budget: int) -> str:
     """What a probe result depends on: the model, how it trains, the device and the libraries measuring it."""
     return json.dumps({"candidate": request.candidate, "task": request.task, "labels": request.num_labels,
                        "precision": request.precision, "method": request.method, "seq_len": request.seq_len,
-                       "lora_r": request.lora_r, "cap": request.batch, "device": [device.kind, device.name, device.total_memory],
+                       "lora_r": request.lora_r, "checkpointing": request.gradient_checkpointing, "cap": request.batch, "device": [device.kind, device.name, device.total_memory],
                        "budget": budget, "margin": SAFETY_MARGIN, "seeds": SEED_BATCHES,
                        "torch": version("torch"), "transformers": version("transformers")}, sort_keys=True)
 

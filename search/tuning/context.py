@@ -6,7 +6,7 @@ plan in a local Ray and on a cluster's workers, in a single process or on each d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from finesweep.search.probe.table import combination_key
@@ -29,6 +29,7 @@ class TrialContext:
     # Where tracking writes wait while the server is down (tracking-spool/ in the sweep folder). A local Ray shares
     # the disk; on a multi-node cluster each node keeps its own spool under this path and sync runs where it is.
     spool_dir: str = ""
+    checkpointing: dict[str, bool] = field(default_factory=dict)  # combination_key -> the probe's plan recomputes
 
 
 def local_batches(params: dict[str, Any], context: TrialContext) -> tuple[int, int]:
@@ -71,4 +72,6 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
         lora_alpha=params.get("lora_alpha"),
         lora_dropout=config.space.lora_dropout,
         deepspeed_stage=config.resources.deepspeed_stage,
+        gradient_checkpointing=context.checkpointing.get(combination_key(params["model"], params["precision"],
+                                                                         params["method"]), False),
     )

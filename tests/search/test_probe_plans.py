@@ -1,0 +1,54 @@
+"""Gradient checkpointing as a memory lever: measured where it can matter, chosen by measured speed."""
+
+from __future__ import annotations
+
+from finesweep.search.probe.table import ProbeResult, checkpointing_plan
+
+
+def _result(checkpointing: bool, max_micro: int, micro: int, seconds_per_step: float) -> ProbeResult:
+    attempts = [{"batch": micro, "peak_bytes": 1, "seconds_per_step": seconds_per_step, "mode": "train"}]
+    return ProbeResult(model="m", precision="fp32", method="full", seq_len=64, device="cpu", budget_bytes=2**30,
+                       max_micro_batch=max_micro, attempts=attempts, micro_batch=micro, best_micro_batch=micro,
+                       gradient_checkpointing=checkpointing)
+
+
+def _measuring(plans: dict[bool, ProbeResult]):
+    asked: list[bool] = []
+
+    def measured(checkpointing: bool) -> ProbeResult:
+        asked.append(checkpointing)
+        return plans[checkpointing]
+
+    return measured, asked
+
+
+def test_auto_skips_checkpointing_when_the_largest_effective_batch_fits_in_one_micro_batch():
+    measured, asked = _measuring({False: _result(False, 32, 32, 1.0), True: _result(True, 64, 64, 1.0)})
+    chosen = checkpointing_plan(measured, "auto", cap=32)
+    assert asked == [False] and not chosen.gradient_checkpointing and chosen.alternative is None
+
+
+def test_auto_takes_the_faster_plan_when_accumulation_is_needed():
+    # Without recompute micro 8 at 8 samples/s; with it micro 32 at 16 samples/s: the recompute pays for itself.
+    measured, asked = _measuring({False: _result(False, 8, 8, 1.0), True: _result(True, 32, 32, 2.0)})
+    chosen = checkpointing_plan(measured, "auto", cap=32)
+    assert asked == [False, True] and chosen.gradient_checkpointing and chosen.micro_batch == 32
+    assert chosen.alternative == {"gradient_checkpointing": False, "max_micro_batch": 8, "micro_batch": 8,
+                                  "samples_per_second": 8.0}
+    # ...and keeps the plain plan when the recompute costs more than the larger batch brings.
+    measured, _ = _measuring({False: _result(False, 8, 8, 1.0), True: _result(True, 32, 32, 8.0)})
+    chosen = checkpointing_plan(measured, "auto", cap=32)
+    assert not chosen.gradient_checkpointing and chosen.alternative["gradient_checkpointing"] is True
+
+
+def test_auto_recomputes_when_nothing_fits_without_it():
+    measured, _ = _measuring({False: _result(False, 0, 0, 0.0), True: _result(True, 4, 4, 1.0)})
+    assert checkpointing_plan(measured, "auto", cap=32).max_micro_batch == 4
+
+
+def test_on_and_off_measure_one_plan_only():
+    plans = {False: _result(False, 8, 8, 1.0), True: _result(True, 32, 32, 2.0)}
+    for setting, expected in (("on", [True]), ("off", [False])):
+        measured, asked = _measuring(plans)
+        checkpointing_plan(measured, setting, cap=32)
+        assert asked == expected
