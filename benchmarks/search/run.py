@@ -228,6 +228,8 @@ def budget_callback(budget: int, run: MethodRun, keep: dict[str, Any]):
     when the budget is spent; keeps each trial's final weights and the best evaluation's weights."""
     from transformers import TrainerCallback
 
+    from finesweep.trainer.transformers_compat import search_trial_of
+
     class BudgetCallback(TrainerCallback):
         def __init__(self):
             self.before, self.current, self.trainer = 0, 0, None
@@ -241,7 +243,7 @@ def budget_callback(budget: int, run: MethodRun, keep: dict[str, Any]):
             self.current = state.global_step
             if self.before + self.current >= budget:
                 control.should_training_stop = True  # the evaluation due at this step still runs
-                self.trainer._trial.study.stop()  # no further trial after this one
+                search_trial_of(self.trainer).study.stop()  # no further trial after this one
 
         def on_evaluate(self, args, state, control, metrics=None, **kwargs):
             value = float(metrics[METRIC])
@@ -251,7 +253,7 @@ def budget_callback(budget: int, run: MethodRun, keep: dict[str, Any]):
                 keep["best_eval"] = _cpu_copy(kwargs["model"])
 
         def on_train_end(self, args, state, control, **kwargs):
-            keep.setdefault("final", {})[self.trainer._trial.number] = _cpu_copy(kwargs["model"])
+            keep.setdefault("final", {})[search_trial_of(self.trainer).number] = _cpu_copy(kwargs["model"])
 
     return BudgetCallback()
 

@@ -15,8 +15,8 @@ from typing import Any
 # data-parallel trial needs one to learn its Ray Train controller's handle (to abort it when Tune stops the trial).
 from ray.train.v2._internal.execution.callback import ControllerCallback
 
-__all__ = ["ControllerCallback", "SavedTrial", "add_actor_mixin", "local_node_on_loopback", "saved_trials",
-           "train_session_dir", "tune_report_queue"]
+__all__ = ["ControllerCallback", "SavedTrial", "add_actor_mixin", "default_temp_dir", "local_node_on_loopback",
+           "optuna_study_of", "saved_trials", "train_session_dir", "tune_report_queue"]
 
 EXPERIMENT_STATE_GLOB = "experiment_state-*.json"  # Tune's experiment state files; it restores the newest by name
 
@@ -31,6 +31,18 @@ def train_session_dir() -> Path:
     from ray.train.constants import _get_ray_train_session_dir
 
     return Path(_get_ray_train_session_dir())
+
+
+def default_temp_dir() -> Path:
+    """The folder under which a local Ray keeps its sessions when none is given (/tmp/ray on Linux; private)."""
+    from ray._common.utils import get_default_ray_temp_dir
+
+    return Path(get_default_ray_temp_dir())
+
+
+def optuna_study_of(searcher: Any) -> Any:
+    """The Optuna study that Tune's OptunaSearch asks and tells (no public accessor): what Optuna was told."""
+    return searcher._ot_study
 
 
 def add_actor_mixin(trainable: Any, mixin: type) -> Any:
