@@ -13,7 +13,7 @@ LISTENING = """
 import ipaddress, json, psutil
 from finesweep.search.cli import _ray_environment
 _ray_environment(None)
-from finesweep.search.tuning.tuner import start_ray
+from finesweep.search.tuning.ray_cluster import start_ray
 start_ray(None)
 ours = {p.pid for p in psutil.Process().children(recursive=True)}
 sockets = [c.laddr.ip for c in psutil.net_connections("inet") if c.status == psutil.CONN_LISTEN and c.pid in ours]

@@ -61,6 +61,8 @@ def test_a_missing_quantization_library_is_a_sweep_file_error_before_anything_ru
     """Without the extra, asking for torchao-int8 stops the sweep at once, naming the field and the fix."""
     from tests.search.test_cli_end_to_end import SWEEP, finesweep
 
+    (tmp_path / "model").mkdir()  # the paths exist: the check under test is what stops the sweep
+    (tmp_path / "data.csv").write_text("text,label\n")
     (tmp_path / "sweep.yaml").write_text(SWEEP.replace("quantization: [int8]", "quantization: [int8, torchao-int8]"))
     done = finesweep("run", "sweep.yaml", cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
