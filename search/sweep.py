@@ -153,9 +153,26 @@ def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, co
     console.header(config, device, folder.root)
     data = prepare_data(config, folder, console)
     probes = measure_memory(config, folder, device, precisions, data, console)
+    config, precisions = steer_by_speed(config, precisions, probes, console)
     config = drop_unfit_models(config, probes, console)
     tracker = Tracker(tracking_uri or config.tracking.uri or default_tracking_uri(folder.root), folder.root / SPOOL_FOLDER)
     return Session(config, folder, data, probes, precisions, tracker, console, device)
+
+
+def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str, Any],
+                   console: Console) -> tuple[SweepConfig, list[str]]:
+    """Precisions and methods far slower than the alternatives on this machine leave the space (search.min_relative_speed)."""
+    from finesweep.search.probe.steer import slow_values, without
+
+    removals = slow_values(probes, config.search.min_relative_speed)
+    for removal in removals:
+        console.warn(f"{removal.dimension} {removal.value} removed from the space: {removal.reason}")
+    if not removals:
+        return config, precisions
+    config, precisions, warnings = without(config, precisions, removals, probes)
+    for warning in warnings:
+        console.warn(warning)
+    return config, precisions
 
 
 def drop_unfit_models(config: SweepConfig, probes: dict[str, Any], console: Console) -> SweepConfig:

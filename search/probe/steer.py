@@ -1,0 +1,76 @@
+"""The probe's speeds steer the space: a precision or method that trains far slower than the alternatives on this
+machine leaves the space with its reason, as fp16 does on a CPU. bf16 is 1.6x faster than fp32 on a CPU with
+AVX-512 bf16 instructions and 7x slower on one without (FACTS.md): the rule follows the measurement, never the
+machine's name."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from finesweep.search.probe.table import ProbeResult
+from finesweep.spaces import Method, SweepConfig
+
+DIMENSIONS = ("precision", "method")
+
+
+@dataclass(frozen=True)
+class Removal:
+    """A value that leaves the space, and why."""
+
+    dimension: str  # precision or method
+    value: str
+    reason: str
+
+
+def slow_values(probes: dict[str, ProbeResult], fraction: float) -> list[Removal]:
+    """Values of precision and method whose best measured samples/s is below `fraction` x the fastest combination's,
+    for every candidate model (the space is shared by the models: a value slow for one model only stays)."""
+    if fraction <= 0:
+        return []
+    by_model: dict[str, list[ProbeResult]] = defaultdict(list)
+    for result in probes.values():
+        by_model[result.model].append(result)
+    fastest = {model: max(r.samples_per_second for r in results) for model, results in by_model.items()}
+    removals = []
+    for dimension in DIMENSIONS:
+        for value in sorted({getattr(r, dimension) for r in probes.values()}):
+            ratios = {model: max(r.samples_per_second for r in results if getattr(r, dimension) == value) / fastest[model]
+                      for model, results in by_model.items()
+                      if fastest[model] > 0 and any(getattr(r, dimension) == value for r in results)}
+            if ratios and all(ratio < fraction for ratio in ratios.values()):
+                worst = ", ".join(f"{model} {ratio:.2f}x" for model, ratio in ratios.items())
+                removals.append(Removal(dimension, value,
+                                        f"the probe measured it at {worst} the samples/s of the fastest combination "
+                                        f"(below search.min_relative_speed {fraction:g})"))
+    return removals
+
+
+def without(config: SweepConfig, precisions: list[str], removals: list[Removal],
+            probes: dict[str, ProbeResult]) -> tuple[SweepConfig, list[str], list[str]]:
+    """The config and precisions with the removed values gone, and warnings for the initial points that named one:
+    each moves to the fastest value kept (measured on its model when it names one)."""
+    gone = {(r.dimension, r.value) for r in removals}
+    precisions = [p for p in precisions if ("precision", p) not in gone]
+    methods = [m for m in config.space.method if ("method", m.value) not in gone]
+    points, warnings = [], []
+    for i, point in enumerate(config.search.initial_points):
+        moved = dict(point)
+        for dimension in DIMENSIONS:
+            if (dimension, str(point.get(dimension))) in gone:
+                kept = precisions if dimension == "precision" else [m.value for m in methods]
+                moved[dimension] = _fastest(kept, dimension, point.get("model"), probes)
+                warnings.append(f"search.initial_points[{i}]: {dimension} {point[dimension]} left the space (too slow "
+                                f"here); this point is tried with {moved[dimension]} instead")
+        points.append(moved)
+    space = config.space.model_copy(update={"method": [Method(m) for m in methods]})
+    search = config.search.model_copy(update={"initial_points": points})
+    return config.model_copy(update={"space": space, "search": search}), precisions, warnings
+
+
+def _fastest(kept: list[str], dimension: str, model: Any, probes: dict[str, ProbeResult]) -> str:
+    speed = {value: max((r.samples_per_second for r in probes.values()
+                         if getattr(r, dimension) == value and model in (None, r.model)), default=0.0)
+             for value in kept}
+    return max(kept, key=lambda value: speed[value])

@@ -1,0 +1,56 @@
+"""The probe's speeds steer the space: what trains far slower here than the alternatives leaves it."""
+
+from __future__ import annotations
+
+from finesweep.search.probe.steer import slow_values, without
+from finesweep.search.probe.table import ProbeResult
+from finesweep.spaces import SweepConfig
+
+
+def _probe(model: str, precision: str, method: str, samples_per_second: float) -> ProbeResult:
+    attempts = [{"batch": 8, "peak_bytes": 1, "seconds_per_step": 8 / samples_per_second, "mode": "train"}]
+    return ProbeResult(model=model, precision=precision, method=method, seq_len=64, device="cpu", budget_bytes=1,
+                       max_micro_batch=8, attempts=attempts, micro_batch=8, best_micro_batch=8)
+
+
+def _table(speeds: dict[tuple[str, str, str], float]) -> dict[str, ProbeResult]:
+    return {"|".join(key): _probe(*key, speed) for key, speed in speeds.items()}
+
+
+def test_bf16_seven_times_slower_for_every_model_leaves_the_space():
+    # As measured on an AVX2 CPU without bf16 instructions (FACTS.md): minilm-l6 5.8 vs 0.8, minilm-l3 11.2 vs 1.5.
+    probes = _table({("l6", "fp32", "full"): 5.8, ("l6", "bf16", "full"): 0.8,
+                     ("l3", "fp32", "full"): 11.2, ("l3", "bf16", "full"): 1.5})
+    removals = slow_values(probes, 1 / 3)
+    assert [(r.dimension, r.value) for r in removals] == [("precision", "bf16")]
+    assert "l6 0.14x" in removals[0].reason and "l3 0.13x" in removals[0].reason
+
+
+def test_bf16_faster_where_the_cpu_has_it_stays():
+    # The AVX-512 bf16 machine: bf16 1.6x faster. The same rule, another measurement, the opposite outcome.
+    probes = _table({("l6", "fp32", "full"): 21.6, ("l6", "bf16", "full"): 34.4})
+    assert ("precision", "bf16") not in {(r.dimension, r.value) for r in slow_values(probes, 1 / 3)}
+    assert slow_values(probes, 0.5) == [], "fp32 at 0.63x the fastest is within a half"
+
+
+def test_a_value_slow_for_one_model_only_stays_and_zero_keeps_everything():
+    probes = _table({("a", "fp32", "full"): 10, ("a", "bf16", "full"): 1, ("b", "fp32", "full"): 10,
+                     ("b", "bf16", "full"): 9, ("a", "fp32", "lora"): 2, ("b", "fp32", "lora"): 2.5})
+    assert [(r.dimension, r.value) for r in slow_values(probes, 1 / 3)] == [("method", "lora")]
+    assert slow_values(probes, 0) == []
+
+
+def test_an_initial_point_on_a_removed_value_moves_to_the_fastest_kept_one():
+    config = SweepConfig.model_validate({
+        "name": "s", "data": {"path": "d.csv"}, "models": [{"name": "l6", "path": "m"}],
+        "space": {"precision": ["fp32", "bf16"], "method": ["full", "lora"]},
+        "search": {"initial_points": [{"precision": "bf16", "method": "full", "learning_rate": 5e-5},
+                                      {"precision": "fp32"}]}})
+    probes = _table({("l6", "fp32", "full"): 5.8, ("l6", "bf16", "full"): 0.8,
+                     ("l6", "fp32", "lora"): 4.0, ("l6", "bf16", "lora"): 0.7})
+    steered, precisions, warnings = without(config, ["fp32", "bf16"], slow_values(probes, 1 / 3), probes)
+    assert precisions == ["fp32"] and [m.value for m in steered.space.method] == ["full", "lora"]
+    assert steered.search.initial_points == [{"precision": "fp32", "method": "full", "learning_rate": 5e-5},
+                                             {"precision": "fp32"}]
+    assert warnings == ["search.initial_points[0]: precision bf16 left the space (too slow here); this point is "
+                        "tried with fp32 instead"]
