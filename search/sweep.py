@@ -122,6 +122,26 @@ def _hardware(device: Device) -> dict[str, Any]:
 
 
 @dataclass
+class PhaseClock:
+    """Wall time of the whole command and of each phase of it (data, probe, search, export), for summary.json and
+    the parent run: the sweep's time is what the user waited, not the search's alone."""
+
+    started: float = field(default_factory=time.perf_counter)
+    phases: dict[str, float] = field(default_factory=dict)
+    _mark: float = field(default_factory=time.perf_counter)
+
+    def lap(self, phase: str) -> None:
+        """The time since the last lap (or the start) was spent in `phase`."""
+        now = time.perf_counter()
+        self.phases[phase] = round(self.phases.get(phase, 0.0) + now - self._mark, 1)
+        self._mark = now
+
+    @property
+    def total(self) -> float:
+        return round(time.perf_counter() - self.started, 1)
+
+
+@dataclass
 class Session:
     """What the search and the export of one sweep share, whether it starts or resumes."""
 
@@ -133,15 +153,16 @@ class Session:
     tracker: Tracker
     console: Console
     device: Device
+    clock: PhaseClock
     experiment_id: str = ""
     parent: str = ""
-    started: float = field(default_factory=time.perf_counter)
 
 
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console) -> Session:
     """Data and probe (both cached by content, so a resume redoes neither) and the tracking store."""
     from finesweep.search.outputs.export import check_backends
 
+    clock = PhaseClock()
     check_backends(config)
     device = resolve_device()
     check_deepspeed(config.resources.deepspeed_stage, device)
@@ -152,11 +173,13 @@ def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, co
         config = config.model_copy(update={"space": config.space.model_copy(update={"method": [Method(m) for m in methods]})})
     console.header(config, device, folder.root)
     data = prepare_data(config, folder, console)
+    clock.lap("data")
     probes = measure_memory(config, folder, device, precisions, data, console)
     config, precisions = steer_by_speed(config, precisions, probes, console)
     config = drop_unfit_models(config, probes, console)
+    clock.lap("probe")
     tracker = Tracker(tracking_uri or config.tracking.uri or default_tracking_uri(folder.root), folder.root / SPOOL_FOLDER)
-    return Session(config, folder, data, probes, precisions, tracker, console, device)
+    return Session(config, folder, data, probes, precisions, tracker, console, device, clock)
 
 
 def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str, Any],
@@ -246,8 +269,9 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
     except BaseException:
         tracker.finish(session.parent, "FAILED")
         raise
-    summary["wall_seconds"] = round(time.perf_counter() - session.started, 1)
-    tracker.log_metrics(session.parent, {"sweep_wall_seconds": summary["wall_seconds"]}, 0)
+    summary["wall_seconds"], summary["phase_seconds"] = session.clock.total, session.clock.phases
+    tracker.log_metrics(session.parent, {"sweep_wall_seconds": summary["wall_seconds"],
+                                         **{f"phase_{phase}_seconds": s for phase, s in session.clock.phases.items()}}, 0)
     tracker.finish(session.parent)
     write_json_atomic(session.folder.root / "summary.json", summary)
     session.console.done(summary, tracker.uri, session.experiment_id)
@@ -294,7 +318,9 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
                     session.folder.root / "plots", session.console.warn)
     session.console.leaderboard(tracker, session.experiment_id, session.parent, config.search.metric, config.search.mode)
     # With search.second_objective: the Pareto front printed and logged, and the trial search.pick names.
-    return pick_export(results, config.search, tracker, session.parent, session.console, session.folder.root)
+    best = pick_export(results, config.search, tracker, session.parent, session.console, session.folder.root)
+    session.clock.lap("search")
+    return best
 
 
 def _finish(session: Session, best) -> dict[str, Any]:
@@ -307,6 +333,7 @@ def _finish(session: Session, best) -> dict[str, Any]:
     tracker.log_metrics(parent, {f"best_{best.metric}": best.value}, best.step)
     exported = export_winner(session.config, session.folder, session.data, best, console)
     registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)
+    session.clock.lap("export")
     return {"best": best.as_dict(), "export_dir": str(exported.folder), "test_metrics": exported.metrics,
             "warnings": exported.warnings, "registered": registered}
 
