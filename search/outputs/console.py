@@ -46,7 +46,8 @@ class Console:
         for r in results.values():
             peak = (r.attempt_at(r.max_micro_batch) or {}).get("peak_bytes", 0)
             table.add_row(r.model, r.precision, r.method, str(r.seq_len), "yes" if r.gradient_checkpointing else "no",
-                          str(r.max_micro_batch), str(r.micro_batch), str(r.eval_batch_size),
+                          str(r.max_micro_batch) + (" (stopped: too slow)" if r.too_slow else ""), str(r.micro_batch),
+                          str(r.eval_batch_size),
                           f"{peak / 2**30:.2f} / {r.budget_bytes / 2**30:.2f} GiB", f"{r.samples_per_second:.1f}",
                           _other_plan(r.alternative), f"{r.probe_steps} ({len(r.attempts)})", f"{r.seconds:.1f}")
         self.out.print(table)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest
 
@@ -30,6 +30,7 @@ class MaxSearch:
     last_fit: int = 0
     first_fail: int = 0  # cap + 1 until something above the last fit fails
     seed_prediction: int = 0  # what the memory model fitted on the seed batches predicted
+    too_slow: str | None = None  # why the search stopped after its first attempt (see find_max_micro_batch)
     _stalls: int = 0
 
     @property
@@ -86,8 +87,11 @@ def predict_max_batch(attempts: list[ProbeAttempt], limit: float) -> int | None:
     return math.floor(b1 + (limit - p1) / per_sample)
 
 
-def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int) -> MaxSearch:
+def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int,
+                         too_slow: Callable[[ProbeAttempt], str | None] | None = None) -> MaxSearch:
     """Largest batch in [1, cap] that fits `budget` less the margin: seed the memory model, then confirm and bisect.
+    `too_slow` judges the first attempt: when it gives a reason, the search stops there (the batch fits; how much
+    larger one would is not worth its minutes for a combination the space will drop).
 
     The seed batches fit a line through their peaks; its prediction is tried next (the cap itself when the line
     says the cap fits), then the bracket between the last fit and the first failure closes, one prediction or
@@ -97,6 +101,10 @@ def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int) -> M
     for batch in sorted({min(b, cap) for b in SEED_BATCHES}):
         if not search.fits(batch):
             break
+        if too_slow is not None and len(search.attempts) == 1:
+            search.too_slow = too_slow(search.attempts[0])
+            if search.too_slow:
+                return search  # far slower than another combination already measured: how far it fits is moot
     search.seed_prediction = predict_max_batch(search.attempts, search.limit) or 0
     while search.open:
         search.fits(search.next_batch())

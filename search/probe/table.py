@@ -23,7 +23,7 @@ from finesweep.search.probe.device import Device
 from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import SweepConfig, parse_bytes
 from finesweep.spaces.files import write_json_atomic
-from finesweep.trainer.probe_step import ProbeRequest
+from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ class ProbeResult:
     margin: float = SAFETY_MARGIN
     gradient_checkpointing: bool = False  # whether these measurements (and so the trials) recompute activations
     alternative: dict[str, Any] | None = None  # the plan measured and not chosen (resources.gradient_checkpointing: auto)
+    too_slow: str | None = None  # the probe stopped after one attempt: far slower than another combination
 
     @property
     def key(self) -> str:
@@ -94,7 +95,8 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
     """Probe every combination the space can sample; results are cached in `cache_file` by what they depend on."""
     cap = config.resources.max_micro_batch or max(config.space.effective_batch_size)
     prober = _CachedProber(ProbeWorker(device, threads=int(config.resources.cpus_per_trial)), device,
-                           memory_budget(config, device), cap, config.resources.micro_batch, cache_file)
+                           memory_budget(config, device), cap, config.resources.micro_batch, cache_file,
+                           config.search.min_relative_speed)
     results: dict[str, ProbeResult] = {}
     try:
         for model in config.model_names:
@@ -121,16 +123,37 @@ class _CachedProber:
     cap: int
     policy: str  # resources.micro_batch
     cache_file: Path
+    min_relative_speed: float  # search.min_relative_speed: below it, a combination is too slow to probe further
+    fastest: dict[tuple[str, int], tuple[float, str]] = field(default_factory=dict)  # (model, batch) -> samples/s, key
 
     def measure(self, base: ProbeRequest, checkpointing: bool) -> ProbeResult:
         request = replace(base, gradient_checkpointing=checkpointing)
         cached = _read_cache(self.cache_file)
         fingerprint = _fingerprint(request, self.device, self.budget)
         if fingerprint not in cached:
-            result = _probe_one(self.worker, request, request.candidate["name"], self.cap, self.budget, self.device)
+            result = _probe_one(self.worker, request, request.candidate["name"], self.cap, self.budget, self.device,
+                                self.too_slow)
             cached[fingerprint] = asdict(result)
             _write_cache(self.cache_file, cached)
-        return ProbeResult(**cached[fingerprint]).choose(self.policy)
+        result = ProbeResult(**cached[fingerprint]).choose(self.policy)
+        self._remember(result)
+        return result
+
+    def too_slow(self, attempt: ProbeAttempt, model: str) -> str | None:
+        """Why a combination's first attempt says it trains too slowly to be worth probing further: below
+        min_relative_speed x the samples/s another combination of the same model reached at the same batch."""
+        best, key = self.fastest.get((model, attempt.batch), (0.0, ""))
+        if attempt.samples_per_second <= 0 or attempt.samples_per_second >= self.min_relative_speed * best:
+            return None
+        return (f"{attempt.samples_per_second:.2f} samples/s at micro-batch {attempt.batch}, against {best:.2f} for "
+                f"{key}")
+
+    def _remember(self, result: ProbeResult) -> None:
+        for attempt in result.attempts:
+            speed = attempt["batch"] / attempt["seconds_per_step"] if attempt.get("seconds_per_step") else 0.0
+            place = (result.model, attempt["batch"])
+            if attempt.get("mode", "train") == "train" and speed > self.fastest.get(place, (0.0, ""))[0]:
+                self.fastest[place] = (speed, result.key)
 
 
 def checkpointing_plan(measured: Callable[[bool], ProbeResult], setting: str, cap: int) -> ProbeResult:
@@ -149,13 +172,20 @@ def checkpointing_plan(measured: Callable[[bool], ProbeResult], setting: str, ca
     return replace(chosen, alternative=other.plan())
 
 
-def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, budget: int, device: Device) -> ProbeResult:
+def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, budget: int, device: Device,
+               too_slow: Callable[[ProbeAttempt, str], str | None] | None = None) -> ProbeResult:
     started = time.perf_counter()
-    search = find_max_micro_batch(worker, base, cap, budget)
+    search = find_max_micro_batch(worker, base, cap, budget,
+                                  functools.partial(too_slow, model=model) if too_slow else None)
     top, search_attempts = search.last_fit, len(search.attempts)
-    for batch in throughput_candidates(top, {a.batch for a in search.attempts}):
-        search.measure(batch)  # below the max: fits unless memory is not monotonic, which the table would show
-    eval_batch, eval_attempt = find_eval_batch(worker, base, top, budget)
+    if search.too_slow:
+        log.info("probe %s %s %s: stopped after one attempt, too slow: %s", model, base.precision, base.method,
+                 search.too_slow)
+        eval_batch, eval_attempt = top, None  # a forward without gradients fits where the training step did
+    else:
+        for batch in throughput_candidates(top, {a.batch for a in search.attempts}):
+            search.measure(batch)  # below the max: fits unless memory is not monotonic, which the table would show
+        eval_batch, eval_attempt = find_eval_batch(worker, base, top, budget)
     attempts = search.attempts + ([eval_attempt] if eval_attempt else [])
     log.info("probe %s %s %s: max micro-batch %d in %d attempts", model, base.precision, base.method, top, len(attempts))
     return ProbeResult(model=model, precision=base.precision, method=base.method, seq_len=base.seq_len,
@@ -163,7 +193,7 @@ def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, bu
                        attempts=[asdict(a) for a in attempts], seconds=time.perf_counter() - started,
                        best_micro_batch=fastest_batch(search.attempts, search.limit, top), eval_batch_size=eval_batch,
                        seed_prediction=search.seed_prediction, search_attempts=search_attempts,
-                       gradient_checkpointing=base.gradient_checkpointing)
+                       gradient_checkpointing=base.gradient_checkpointing, too_slow=search.too_slow)
 
 
 def _fingerprint(request: ProbeRequest, device: Device, budget: int) -> str:

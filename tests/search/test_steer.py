@@ -54,3 +54,42 @@ def test_an_initial_point_on_a_removed_value_moves_to_the_fastest_kept_one():
                                              {"precision": "fp32"}]
     assert warnings == ["search.initial_points[0]: precision bf16 left the space (too slow here); this point is "
                         "tried with fp32 instead"]
+
+
+class _TimedWorker:
+    """A probe process whose steps take `seconds_per_sample` x batch (bf16 seven times fp32's here); memory fits."""
+
+    def __init__(self, seconds_per_sample: dict[str, float]):
+        self.seconds_per_sample, self.asked = seconds_per_sample, []
+
+    def attempt(self, request):
+        from finesweep.trainer.probe_step import ProbeAttempt
+
+        self.asked.append((request.precision, request.batch, request.mode))
+        return ProbeAttempt(request.batch, 2**20 * request.batch, self.seconds_per_sample[request.precision] * request.batch,
+                            steps=2, mode=request.mode)
+
+    def replace(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_combination_far_slower_than_one_already_measured_stops_after_its_first_attempt(tmp_path):
+    from finesweep.search.probe.device import Device
+    from finesweep.search.probe.table import _CachedProber
+    from finesweep.trainer.probe_step import ProbeRequest
+
+    worker = _TimedWorker({"fp32": 0.2, "bf16": 1.4})
+    prober = _CachedProber(worker, Device("cpu", "test", 2**34), 2**33, 32, "fastest", tmp_path / "probe.json", 1 / 3)
+    base = ProbeRequest(candidate={"name": "l6", "path": "m"}, task="classification", num_labels=3, precision="fp32",
+                        method="full", seq_len=64, batch=32)
+    fp32 = prober.measure(base, False)
+    asked_for_fp32 = len(worker.asked)
+    bf16 = prober.measure(ProbeRequest(**{**base.__dict__, "precision": "bf16"}), False)
+    assert fp32.max_micro_batch == 32 and fp32.too_slow is None and asked_for_fp32 > 3
+    assert worker.asked[asked_for_fp32:] == [("bf16", 4, "train")], "one attempt, then stopped"
+    assert bf16.too_slow.startswith("0.71 samples/s at micro-batch 4, against 5.00 for l6|fp32|full")
+    assert bf16.micro_batch == 4 and bf16.eval_batch_size == 4 and abs(bf16.samples_per_second - 0.714) < 0.01
+    assert [(r.dimension, r.value) for r in slow_values({"a": fp32, "b": bf16}, 1 / 3)] == [("precision", "bf16")]
