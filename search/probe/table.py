@@ -163,8 +163,8 @@ def checkpointing_plan(measured: Callable[[bool], ProbeResult], setting: str, ca
     if setting != "auto":
         return measured(setting == "on")
     plain = measured(False)
-    if plain.max_micro_batch >= cap:
-        return plain
+    if plain.max_micro_batch >= cap or plain.too_slow:
+        return plain  # one micro-batch holds the largest effective batch, or the space drops this combination
     recomputed = measured(True)
     chosen, other = (recomputed, plain) if recomputed.samples_per_second > plain.samples_per_second else (plain, recomputed)
     log.info("probe %s: gradient checkpointing %s (%.1f samples/s against %.1f)", chosen.key,

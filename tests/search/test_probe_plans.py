@@ -52,3 +52,10 @@ def test_on_and_off_measure_one_plan_only():
         measured, asked = _measuring(plans)
         checkpointing_plan(measured, setting, cap=32)
         assert asked == expected
+
+
+def test_auto_does_not_measure_recompute_for_a_combination_too_slow_to_keep():
+    plain = _result(False, 4, 4, 7.0)
+    plain.too_slow = "0.57 samples/s at micro-batch 4, against 5.00 for m|fp32|full"
+    measured, asked = _measuring({False: plain, True: _result(True, 32, 32, 20.0)})
+    assert checkpointing_plan(measured, "auto", cap=32) is plain and asked == [False]
