@@ -85,13 +85,14 @@ def test_the_model_card_names_the_gguf_origin(gguf_sweep):
     _, sweep_dir = gguf_sweep
     card = (sweep_dir / "export" / "README.md").read_text()
     origin_line = next(line for line in card.splitlines() if line.startswith("- Base model:"))
-    assert f"GGUF file `" in origin_line and origin_line.count(tiny.TINY_GGUF_NAME) == 1
+    assert "GGUF file `" in origin_line and origin_line.count(tiny.TINY_GGUF_NAME) == 1
     assert "dequantized" in origin_line, origin_line
 
 
 def test_resume_after_the_cache_was_cleared_makes_the_folder_again(gguf_sweep):
     folder, sweep_dir = gguf_sweep
     shutil.rmtree(sweep_dir / "cache")
+    shutil.rmtree(sweep_dir / "export")  # made again from the best checkpoint, on the rebuilt folder's tokenizer
     result = finesweep("resume", str(sweep_dir), cwd=folder)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Dequantizing GGUF candidate llama" in result.stdout
