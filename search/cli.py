@@ -105,9 +105,10 @@ def data(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
     with user_errors():
         config = _load(sweep_file)
         from finesweep.search.outputs.console import Console
-        from finesweep.search.sweep import prepare_data, sweep_folder
+        from finesweep.search.sweep import dequantize_gguf, prepare_data, sweep_folder
 
-        prepare_data(config, sweep_folder(config), Console())
+        folder, console = sweep_folder(config), Console()
+        prepare_data(dequantize_gguf(config, folder, console), folder, console)
 
 
 @app.command()
@@ -121,6 +122,7 @@ def probe(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
         from finesweep.search.outputs.console import Console
 
         console, folder = Console(), sweep.sweep_folder(config)
+        config = sweep.dequantize_gguf(config, folder, console)
         device = sweep.resolve_device()
         precisions = sweep.usable_precisions([p.value for p in config.space.precision], device)
         prepared = sweep.prepare_data(config, folder, console)

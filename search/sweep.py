@@ -62,6 +62,26 @@ class PreparedSweep:
     lengths: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
+def dequantize_gguf(config: SweepConfig, folder: SweepFolder, console: Console) -> SweepConfig:
+    """The config with each GGUF candidate of the space replaced by its dequantized folder in the cache (made once
+    per file content; see trainer/gguf.py), so data, probe, trials and export load a plain model folder. The
+    candidate keeps its GGUF file on record (gguf_origin) for the model card. A config already resolved (resume,
+    re-export: the saved config is this one) comes back unchanged, unless its folder is gone (the cache was
+    cleared): then the folder is made again from the GGUF file."""
+    from finesweep.trainer import gguf
+
+    config = config.model_copy(update={"models": [gguf.from_lost_folder(m) for m in config.models]})
+    gguf.check_gguf(config)
+    models = []
+    for candidate in config.models:
+        if candidate.gguf_file and candidate.name in config.model_names:
+            console.step(f"Dequantizing GGUF candidate {candidate.name} ({candidate.gguf_file}) into the cache "
+                         "(once per file)")
+            candidate = gguf.dequantized_candidate(candidate, folder.cache)
+        models.append(candidate)
+    return config.model_copy(update={"models": models})
+
+
 def prepare_data(config: SweepConfig, folder: SweepFolder, console: Console) -> PreparedSweep:
     """Load, clean, split; then tokenize once per candidate (cached by content). The length histogram's PNG
     is at `prepared.length_plot` (next to report.json), for the parent run."""
@@ -161,9 +181,11 @@ class Session:
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console) -> Session:
     """Data and probe (both cached by content, so a resume redoes neither) and the tracking store."""
     from finesweep.search.outputs.export import check_backends
+    from finesweep.trainer.gguf import check_gguf
 
     clock = PhaseClock()
     check_backends(config)
+    check_gguf(config)
     device = resolve_device()
     check_deepspeed(config.resources.deepspeed_stage, device)
     folder.root.mkdir(parents=True, exist_ok=True)
@@ -172,6 +194,7 @@ def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, co
     if len(methods) < len(config.space.method):
         config = config.model_copy(update={"space": config.space.model_copy(update={"method": [Method(m) for m in methods]})})
     console.header(config, device, folder.root)
+    config = dequantize_gguf(config, folder, console)
     data = prepare_data(config, folder, console)
     clock.lap("data")
     probes = measure_memory(config, folder, device, precisions, data, console)

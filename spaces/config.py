@@ -115,9 +115,10 @@ class ModelCandidate(_Section):
     name: str = Field(description="Short name used in the space, in MLflow and in the export.", pattern=NAME_PATTERN)
     path: str | None = Field(None, description="Local model folder; relative to the sweep file, or pkg://package/inside/path.")
     hub_id: str | None = Field(None, description="Hugging Face hub id, for machines that can download.")
-    gguf_file: str | None = Field(None, description="GGUF file name inside `path` (dequantized at load).")
+    gguf_file: str | None = Field(None, description="GGUF file name inside `path` (or in the hub repo `hub_id`): dequantized once into the sweep's cache, which every load then reads.")
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) for hub_id.")
     config_overrides: dict[str, Any] = Field(default_factory=dict, description="Config fields to change at load, e.g. num_hidden_layers: 3.")
+    gguf_origin: str | None = Field(None, description="Set by finesweep, not in a sweep file: the GGUF file that `path` (its dequantized copy in the sweep's cache) was made from; the model card names it.")
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelCandidate":
@@ -125,6 +126,13 @@ class ModelCandidate(_Section):
             raise ValueError(
                 f"model '{self.name}' needs exactly one of `path` (a local folder) or `hub_id`, "
                 f"but got path={self.path!r}, hub_id={self.hub_id!r}"
+            )
+        # A dequantized candidate loads its folder; a gguf_file beside it would send loads back to the GGUF.
+        if self.gguf_origin is not None and (self.gguf_file is not None or self.path is None):
+            raise ValueError(
+                f"model '{self.name}': gguf_origin marks a folder finesweep dequantized from a GGUF file, so it needs "
+                f"`path` and no `gguf_file`, but got path={self.path!r}, gguf_file={self.gguf_file!r}; "
+                "remove gguf_origin (give path and gguf_file, and finesweep dequantizes the file itself)"
             )
         return self
 

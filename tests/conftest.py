@@ -26,6 +26,12 @@ def tiny_causal_lm(tmp_path_factory) -> Path:
     return tiny.build_tiny_causal_lm(tmp_path_factory.mktemp("tiny-causal-lm"))
 
 
+@pytest.fixture(scope="session")
+def tiny_llama_gguf(tmp_path_factory) -> Path:
+    """A tiny Llama written as a Q8_0 GGUF file (tokenizer in its metadata), alone in its folder."""
+    return tiny.build_tiny_llama_gguf(tmp_path_factory.mktemp("tiny-llama-gguf"))
+
+
 @pytest.fixture
 def sentiment_csv(tmp_path) -> Path:
     """A small clean three-class CSV with columns text, label."""

@@ -82,10 +82,9 @@ def build_tiny_classifier(folder: Path) -> Path:
     return folder
 
 
-def build_tiny_causal_lm(folder: Path) -> Path:
-    """A 2-layer GPT-2 (hidden 32) with a byte-level BPE tokenizer trained on the test corpus; no pad token."""
+def _byte_level_bpe():
+    """A byte-level BPE tokenizer (GPT-2's kind, 400 tokens) trained on the test corpus; `<|endoftext|>` is id 0."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -93,6 +92,14 @@ def build_tiny_causal_lm(folder: Path) -> Path:
     trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(_corpus(), trainer)
+    return tok
+
+
+def build_tiny_causal_lm(folder: Path) -> Path:
+    """A 2-layer GPT-2 (hidden 32) with a byte-level BPE tokenizer trained on the test corpus; no pad token."""
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    tok = _byte_level_bpe()
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
     tokenizer.save_pretrained(folder)
@@ -113,3 +120,81 @@ def build_large_encoder(folder: Path, tokenizer_from: Path) -> Path:
                         intermediate_size=4096, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id)
     BertModel(config).save_pretrained(folder)
     return folder
+
+
+TINY_GGUF_NAME = "tiny-llama.Q8_0.gguf"
+
+
+def build_tiny_llama_gguf(folder: Path) -> Path:
+    """A 2-layer Llama (hidden 32, grouped-query attention, about 44K parameters) written as a GGUF file the way
+    llama.cpp's converter writes one: its linear weights quantized to Q8_0, q/k rows in llama.cpp's order, the
+    byte-level BPE tokenizer as `tokenizer.ggml.*` metadata. Returns the file (`folder/TINY_GGUF_NAME`); no other
+    file in `folder`."""
+    import gguf
+    import numpy as np
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = _byte_level_bpe()
+    tokens = [token for token, _ in sorted(tok.get_vocab().items(), key=lambda item: item[1])]
+    config = LlamaConfig(vocab_size=len(tokens), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         tie_word_embeddings=False, bos_token_id=0, eos_token_id=0, rms_norm_eps=1e-6)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / TINY_GGUF_NAME
+    writer = gguf.GGUFWriter(str(path), "llama")
+    _gguf_llama_metadata(writer, config)
+    _gguf_tokenizer_metadata(writer, tok, tokens)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, config.num_hidden_layers)
+    for hf_name, tensor in model.state_dict().items():
+        base, suffix = hf_name.rsplit(".", 1)
+        data = _llama_cpp_order(base, tensor.float().numpy(), config)
+        if data.ndim == 2:  # every linear weight, the embeddings too: Q8_0 blocks of 32
+            writer.add_tensor(names.get_name(base) + "." + suffix, gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0),
+                              raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(names.get_name(base) + "." + suffix, np.ascontiguousarray(data))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _gguf_llama_metadata(writer, config) -> None:
+    writer.add_name("tiny-llama")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_dimension_count(config.hidden_size // config.num_attention_heads)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_file_type(7)  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0
+
+
+def _gguf_tokenizer_metadata(writer, tok, tokens: list[str]) -> None:
+    import json
+
+    merges = json.loads(tok.to_str())["model"]["merges"]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if token == "<|endoftext|>" else 1 for token in tokens])  # 3: control
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    writer.add_bos_token_id(tok.token_to_id("<|endoftext|>"))
+    writer.add_eos_token_id(tok.token_to_id("<|endoftext|>"))
+
+
+def _llama_cpp_order(name: str, weights, config):
+    """llama.cpp stores q and k rows interleaved per head (its convert_hf_to_gguf.py `permute`); transformers'
+    GGUF loader undoes it on load, so a file written without it would load scrambled."""
+    heads = {"self_attn.q_proj": config.num_attention_heads, "self_attn.k_proj": config.num_key_value_heads}
+    n_head = next((n for key, n in heads.items() if name.endswith(key)), None)
+    if n_head is None:
+        return weights
+    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+            .swapaxes(1, 2).reshape(weights.shape))

@@ -37,6 +37,9 @@ def _origin_section(config: SweepConfig, best: dict, task: Task) -> str:
         source = f"path `{candidate.path}`" if candidate.path else f"hub id `{candidate.hub_id}`"
         if candidate.gguf_file:
             source += f" (GGUF file `{candidate.gguf_file}`)"
+        if candidate.gguf_origin:
+            source = (f"GGUF file `{candidate.gguf_origin}`, dequantized to float32 (a safetensors copy in the sweep's "
+                      f"cache, `{candidate.path}`) before fine-tuning")
     columns = (f"text `{config.data.text_column}`, label `{config.data.label_column}`" if task == Task.classification
                else f"prompt `{config.data.prompt_column}`, response `{config.data.response_column}`")
     return "\n".join([

@@ -180,3 +180,13 @@ def test_a_pre_split_config_survives_its_own_dump(tmp_path):
     with pytest.raises(SweepFileError, match="splits cannot be set with pre-split input"):
         load(write(tmp_path, "name: s\ndata: {path: tr.csv, validation_path: va.csv, test_path: te.csv, splits: {train: 0.5}}\n"
                              "models: [{name: m, path: model}]\n"))
+
+
+def test_gguf_origin_marks_a_dequantized_folder_so_it_cannot_sit_beside_a_gguf_file(tmp_path):
+    path = write(tmp_path, MINIMAL.replace("{name: m, path: model}",
+                                           "{name: m, path: model, gguf_file: m.gguf, gguf_origin: /x/m.gguf}"))
+    with pytest.raises(SweepFileError, match=r"models\[0\]: model 'm': gguf_origin marks a folder finesweep "
+                                             r"dequantized .* but got path='model', gguf_file='m.gguf'; remove gguf_origin"):
+        load(path)
+    resolved = load(write(tmp_path, MINIMAL.replace("{name: m, path: model}", "{name: m, path: model, gguf_origin: /x/m.gguf}")))
+    assert resolved.models[0].gguf_origin == "/x/m.gguf" and resolved.models[0].gguf_file is None

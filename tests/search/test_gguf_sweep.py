@@ -1,0 +1,128 @@
+"""A sweep whose candidate is a GGUF file, through the real CLI: dequantized once into the cache, trained (not
+refused as a quantized model), exported, named on the model card; resumable after its cache is cleared; and
+stopped before anything runs when the gguf package is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import tiny
+from tests.search.test_cli_end_to_end import _store, finesweep
+
+GGUF_SWEEP = f"""
+name: tiny-gguf
+seed: 3
+output_root: runs
+data:
+  path: instructions.csv
+  task: causal_lm
+  splits: {{train: 0.8, validation: 0.1, test: 0.1}}
+models:
+  - {{name: llama, path: model, gguf_file: {tiny.TINY_GGUF_NAME}}}
+space:
+  learning_rate: {{low: 1.0e-3, high: 1.0e-2, log: true}}
+  effective_batch_size: [8]
+  precision: [fp32]
+search:
+  algorithm: random
+  num_trials: 2
+  eval_every_steps: 5
+  max_steps: 10
+resources: {{cpus_per_trial: 1, memory_budget: 4GiB}}
+export: {{quantization: [int8], register_model: false}}
+"""
+
+
+def _gguf_folder(folder: Path, gguf_file: Path) -> Path:
+    (folder / "model").mkdir(parents=True)
+    shutil.copy(gguf_file, folder / "model" / gguf_file.name)
+    tiny.write_csv(folder / "instructions.csv", tiny.instruction_rows(200))
+    (folder / "sweep.yaml").write_text(GGUF_SWEEP)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def gguf_sweep(tiny_llama_gguf, tmp_path_factory):
+    folder = _gguf_folder(tmp_path_factory.mktemp("gguf-sweep"), tiny_llama_gguf)
+    result = finesweep("run", "sweep.yaml", cwd=folder)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return folder, folder / "runs" / "tiny-gguf"
+
+
+def test_the_gguf_candidate_trains_and_exports(gguf_sweep):
+    from transformers import AutoModelForCausalLM
+
+    _, sweep_dir = gguf_sweep
+    client, state = _store(sweep_dir)
+    trials = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
+    ends = [r.data.tags["finesweep.end_state"] for r in trials]
+    assert len(ends) == 2 and all(e == "completed" or e.startswith("stopped_early") for e in ends), ends
+    metrics = json.loads((sweep_dir / "export" / "metrics.json").read_text())
+    assert set(metrics) == {"full", "int8"} and metrics["full"]["perplexity"] > 1
+    exported = AutoModelForCausalLM.from_pretrained(sweep_dir / "export" / "model")
+    assert exported.config.model_type == "llama" and "quantization_config" not in exported.config.to_dict()
+
+
+def test_the_candidate_was_dequantized_once_into_the_cache_and_the_state_records_it(gguf_sweep):
+    _, sweep_dir = gguf_sweep
+    entries = list((sweep_dir / "cache" / "gguf").iterdir())
+    assert len(entries) == 1 and (entries[0] / "model.safetensors").is_file()
+    origin = json.loads((entries[0] / "gguf-origin.json").read_text())
+    assert origin["gguf_file"].endswith(f"model/{tiny.TINY_GGUF_NAME}") and len(origin["sha256"]) == 64
+    candidate = json.loads((sweep_dir / "sweep-state.json").read_text())["config"]["models"][0]
+    assert candidate["path"] == str(entries[0]) and candidate["gguf_file"] is None
+    assert candidate["gguf_origin"] == origin["gguf_file"]
+
+
+def test_the_model_card_names_the_gguf_origin(gguf_sweep):
+    _, sweep_dir = gguf_sweep
+    card = (sweep_dir / "export" / "README.md").read_text()
+    origin_line = next(line for line in card.splitlines() if line.startswith("- Base model:"))
+    assert "GGUF file `" in origin_line and origin_line.count(tiny.TINY_GGUF_NAME) == 1
+    assert "dequantized" in origin_line, origin_line
+
+
+def test_resume_after_the_cache_was_cleared_makes_the_folder_again(gguf_sweep):
+    folder, sweep_dir = gguf_sweep
+    shutil.rmtree(sweep_dir / "cache")
+    shutil.rmtree(sweep_dir / "export")  # made again from the best checkpoint, on the rebuilt folder's tokenizer
+    result = finesweep("resume", str(sweep_dir), cwd=folder)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Dequantizing GGUF candidate llama" in result.stdout
+    entries = list((sweep_dir / "cache" / "gguf").iterdir())
+    assert len(entries) == 1 and (entries[0] / "gguf-origin.json").is_file()
+    assert (sweep_dir / "export" / "model" / "model.safetensors").is_file()
+
+
+def test_the_data_command_tokenizes_with_the_dequantized_folders_tokenizer(tiny_llama_gguf, tmp_path):
+    folder = _gguf_folder(tmp_path, tiny_llama_gguf)
+    result = finesweep("data", "sweep.yaml", cwd=folder)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "llama tokens: p50" in result.stdout
+    assert len(list((folder / "runs" / "tiny-gguf" / "cache" / "gguf").glob("*/model.safetensors"))) == 1
+
+
+BLOCK_GGUF = """
+import sys
+sys.modules["gguf"] = None  # `import gguf` now fails, as where the package is not installed
+sys.argv = ["finesweep", "run", "sweep.yaml"]
+from finesweep.search.cli import main
+main()
+"""
+
+
+def test_without_the_gguf_package_the_sweep_stops_before_anything_runs(tiny_llama_gguf, tmp_path):
+    folder = _gguf_folder(tmp_path, tiny_llama_gguf)
+    result = subprocess.run([sys.executable, "-c", BLOCK_GGUF], cwd=folder, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "error: models[0].gguf_file: reading a GGUF file needs the gguf package (gguf>=0.10)" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (folder / "runs").exists(), "nothing ran: no sweep folder, no cache, no tracking store"
