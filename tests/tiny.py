@@ -37,6 +37,19 @@ def instruction_rows(n: int, seed: int = 0) -> list[dict[str, str]]:
     return rows
 
 
+SWEEP_INPUT_FILES = ("data.csv", "d.csv", "x.csv", "tr.csv", "va.csv", "te.csv")
+SWEEP_INPUT_FOLDERS = ("model", "m")
+
+
+def touch_sweep_inputs(folder: Path) -> None:
+    """Empty stand-ins for the data files and model folders the config tests' sweep files name: the loader checks
+    that every path exists before it checks anything else, and these tests are about the other checks."""
+    for name in SWEEP_INPUT_FILES:
+        (folder / name).touch()
+    for name in SWEEP_INPUT_FOLDERS:
+        (folder / name).mkdir(exist_ok=True)
+
+
 def write_csv(path: Path, rows: list[dict[str, str]]) -> Path:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]), quoting=csv.QUOTE_ALL)

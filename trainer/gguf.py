@@ -11,7 +11,6 @@ the code that unpacks them, so a renamed copy of a file reuses it and a changed 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -20,6 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from finesweep.spaces import ModelCandidate, SweepConfig, SweepFileError
+from finesweep.spaces.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def dequantized_folder(source: Path, cache_root: Path) -> Path:
         write_folder(source, work)
         record = {"gguf_file": str(source), "sha256": digest, "seconds": round(time.perf_counter() - started, 1),
                   **_versions()}
-        (work / ORIGIN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        write_json_atomic(work / ORIGIN_FILE, record)
         _publish(work, final)
     finally:
         shutil.rmtree(work, ignore_errors=True)  # gone already when published

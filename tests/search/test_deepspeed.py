@@ -47,8 +47,7 @@ def test_zero_without_cuda_or_deepspeed_stops_before_anything_runs(tmp_path):
 
     if torch.cuda.is_available() and importlib.util.find_spec("deepspeed") is not None:
         pytest.fail("this test is for machines without CUDA or deepspeed; the gpu test below covers the real run")
-    (tmp_path / "model").mkdir()  # the paths exist: the check under test is what stops the sweep
-    (tmp_path / "data.csv").write_text("text,label\n")
+    tiny.touch_sweep_inputs(tmp_path)  # the paths exist: the check under test is what stops the sweep
     (tmp_path / "sweep.yaml").write_text(SWEEP.replace("resources: {cpus_per_trial: 1,",
                                                        "resources: {deepspeed_stage: 2, cpus_per_trial: 1,"))
     done = finesweep("run", "sweep.yaml", cwd=tmp_path, timeout=120)

@@ -12,12 +12,15 @@ import yaml
 from finesweep.spaces import SweepConfig, SweepFileError, json_schema, load, resolve_path, suggest
 from finesweep.spaces.config import Method, SpaceConfig
 from finesweep.spaces.units import parse_bytes
+from tests import tiny
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "sweeps").glob("*.yaml"))
 
 
 def write(tmp_path: Path, text: str) -> Path:
+    """The sweep file, beside the files it names (the loader checks every path exists before anything else)."""
+    tiny.touch_sweep_inputs(tmp_path)
     path = tmp_path / "sweep.yaml"
     path.write_text(text)
     return path
@@ -168,6 +171,8 @@ def test_initial_points_must_lie_in_the_space(tmp_path):
 
 
 def test_pre_split_paths_are_resolved_like_data_path(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "te.csv").touch()
     config = load(write(tmp_path, "name: s\ndata: {path: tr.csv, validation_path: va.csv, test_path: sub/te.csv}\nmodels: [{name: m, path: model}]\n"))
     assert Path(config.data.validation_path) == tmp_path / "va.csv"
     assert Path(config.data.test_path) == tmp_path / "sub" / "te.csv"

@@ -10,6 +10,7 @@ from finesweep.spaces import SweepConfig, SweepFileError, load
 from finesweep.spaces.config import FloatRange, SpaceConfig
 from finesweep.spaces.grid import fit_to_grid, grid, grid_points, grid_size, grid_trials, range_values
 from finesweep.spaces.space import unsuggested
+from tests import tiny
 
 
 def test_a_linear_range_gets_evenly_spaced_values_with_both_ends():
@@ -78,6 +79,7 @@ def test_fit_to_grid_caps_num_trials_at_the_grid_size():
 
 def test_the_sweep_file_takes_grid_and_rejects_grid_points_below_two_and_initial_points(tmp_path):
     base = "name: s\ndata: {path: data.csv}\nmodels: [{name: m, path: model}]\n"
+    tiny.touch_sweep_inputs(tmp_path)
     (tmp_path / "ok.yaml").write_text(base + "search: {algorithm: grid, grid_points: 5}\n")
     assert load(tmp_path / "ok.yaml").search.grid_points == 5
     (tmp_path / "one.yaml").write_text(base + "search: {algorithm: grid, grid_points: 1}\n")
