@@ -42,3 +42,24 @@ def sentiment_csv(tmp_path) -> Path:
 def instructions_csv(tmp_path) -> Path:
     """A small prompt/response CSV."""
     return tiny.write_csv(tmp_path / "instructions.csv", tiny.instruction_rows(200))
+
+
+@pytest.fixture(scope="session")
+def classifier_checkpoint(tiny_classifier, tmp_path_factory) -> Path:
+    """The tiny classifier with a 3-label head trained a few steps (predictions with margins), saved with labels."""
+    from tests.exports import train_classifier
+
+    return train_classifier(tiny_classifier, tmp_path_factory.mktemp("classifier-checkpoint"))
+
+
+@pytest.fixture(scope="session")
+def finished_sweep(tmp_path_factory):
+    """One real sweep through the CLI (two tiny models, ASHA, int8 export), shared by every test that reads what a
+    finished sweep leaves: (project folder, sweep folder, the run command's result). About half a minute."""
+    from tests.sweeps import SWEEP, finesweep, git_commit
+
+    folder = tiny.classification_folder(tmp_path_factory.mktemp("sweep"), SWEEP, rows=600)
+    git_commit(folder)
+    result = finesweep("run", "sweep.yaml", cwd=folder)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return folder, folder / "runs" / "tiny", result

@@ -66,7 +66,8 @@ def test_a_resumed_trial_starts_from_the_best_evaluation_in_its_checkpoint(tmp_p
 
 def test_optuna_is_told_the_trials_best_evaluation_not_its_last(tmp_path):
     """The sweep's searcher, driven through Ray's Searcher interface as Tune drives it, with the sink's reports."""
-    from finesweep.search.tuning.tuner import make_searcher
+    from finesweep.search.tuning.ray_compat import optuna_study_of
+    from finesweep.search.tuning.samplers import make_searcher
 
     config = SweepConfig.model_validate({**MINIMAL, "space": {"precision": ["fp32"]},
                                          "search": {"metric": "eval_loss", "mode": "min", "num_trials": 2}})
@@ -78,5 +79,5 @@ def test_optuna_is_told_the_trials_best_evaluation_not_its_last(tmp_path):
         sink.on_evaluation(10 * number, {"eval_loss": value}, tmp_path)
         searcher.on_trial_result("t1", {**sink.reports[-1], "training_iteration": number})
     searcher.on_trial_complete("t1", sink.reports[-1])
-    told = searcher._ot_study.trials[0]  # the study the searcher asks and tells (Ray keeps it there)
+    told = optuna_study_of(searcher).trials[0]  # the study the searcher asks and tells (Ray keeps it there)
     assert told.value == 0.5 and told.intermediate_values == {1: 0.9, 2: 0.5, 3: 0.5}

@@ -3,81 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests import tiny
-
-NUM_TRIALS = 6
-EVALS_PER_TRIAL = 6
-
-SWEEP = f"""
-name: tiny
-seed: 1
-output_root: runs
-data:
-  path: data.csv
-  splits: {{train: 0.7, validation: 0.15, test: 0.15}}
-models:
-  - {{name: tiny-a, path: model}}
-  - {{name: tiny-b, path: model, config_overrides: {{num_hidden_layers: 1}}}}
-space:
-  learning_rate: {{low: 3.0e-3, high: 3.0e-2, log: true}}
-  effective_batch_size: [8, 16]
-  precision: [fp32, bf16]
-search:
-  num_trials: {NUM_TRIALS}
-  metric: eval_accuracy
-  mode: max
-  eval_every_steps: 5
-  max_steps: {5 * EVALS_PER_TRIAL}
-  asha: {{grace_period: 1, reduction_factor: 2}}
-resources: {{cpus_per_trial: 1, memory_budget: 4GiB}}
-export: {{quantization: [int8]}}
-"""
-
-
-def finesweep(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "finesweep.search.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def finished_sweep(tmp_path_factory):
-    """One real sweep, shared by the assertions below (it takes about half a minute)."""
-    folder = tiny.classification_folder(tmp_path_factory.mktemp("sweep"), SWEEP, rows=600)
-    _git_commit(folder)
-    result = finesweep("run", "sweep.yaml", cwd=folder)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return folder, folder / "runs" / "tiny", result
-
-
-def _git_commit(folder: Path) -> None:
-    """The user's project is a git checkout: the sweep records its commit."""
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@localhost"}
-    for command in (["init", "-q"], ["add", "sweep.yaml"], ["commit", "-qm", "sweep"]):
-        subprocess.run(["git", *command], cwd=folder, env=env, check=True)
-
-
-def _store(sweep_dir: Path):
-    from mlflow import MlflowClient
-
-    state = json.loads((sweep_dir / "sweep-state.json").read_text())
-    return MlflowClient(f"sqlite:///{sweep_dir / 'mlflow.db'}"), state
-
+from tests.sweeps import EVALS_PER_TRIAL, NUM_TRIALS, SWEEP, finesweep, free_port, get_json, store
 
 def test_mlflow_holds_one_parent_and_a_nested_run_per_trial_with_every_evaluation(finished_sweep):
     _, sweep_dir, _ = finished_sweep
-    client, state = _store(sweep_dir)
+    client, state = store(sweep_dir)
     runs = client.search_runs([state["experiment_id"]])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == state["parent_run_id"]]
@@ -97,7 +35,7 @@ def test_mlflow_holds_one_parent_and_a_nested_run_per_trial_with_every_evaluatio
 
 def test_the_parent_run_has_the_project_commit_the_plots_and_the_data_story(finished_sweep):
     folder, sweep_dir, _ = finished_sweep
-    client, state = _store(sweep_dir)
+    client, state = store(sweep_dir)
     parent = client.get_run(state["parent_run_id"])
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True).stdout.strip()
     assert parent.data.tags["mlflow.source.git.commit"] == head
@@ -112,7 +50,7 @@ def test_the_parent_run_has_the_project_commit_the_plots_and_the_data_story(fini
 
 def test_asha_stopped_some_trial_early(finished_sweep):
     _, sweep_dir, _ = finished_sweep
-    client, state = _store(sweep_dir)
+    client, state = store(sweep_dir)
     trials = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
     states = [r.data.tags["finesweep.end_state"] for r in trials]
     stopped = [s for s in states if s.startswith("stopped_early")]
@@ -138,16 +76,16 @@ def test_trials_leave_no_checkpoint_in_rays_session_folder(finished_sweep):
 
 def _trial_working_dirs(sweep_dir: Path) -> list[Path]:
     """The working folders Ray gave the sweep's trials, in its session folder (under /tmp/ray by default)."""
-    from ray._common.utils import get_default_ray_temp_dir
+    from finesweep.search.tuning.ray_compat import default_temp_dir
 
     experiment = json.loads((sweep_dir / "sweep-state.json").read_text())["tune_experiment"]
-    found = Path(get_default_ray_temp_dir()).glob(f"session_*/artifacts/*/{experiment}/working_dirs/trial-*")
+    found = default_temp_dir().glob(f"session_*/artifacts/*/{experiment}/working_dirs/trial-*")
     return sorted({path.resolve() for path in found})  # session_latest is a link to the newest session's folder
 
 
 def test_best_is_the_best_evaluation_of_all_trials(finished_sweep):
     _, sweep_dir, _ = finished_sweep
-    client, state = _store(sweep_dir)
+    client, state = store(sweep_dir)
     summary = json.loads((sweep_dir / "summary.json").read_text())
     every_eval = []
     for run in client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'"):
@@ -199,7 +137,7 @@ def test_each_exported_variant_is_a_registered_model_version(finished_sweep):
     import mlflow
 
     _, sweep_dir, _ = finished_sweep
-    client, state = _store(sweep_dir)
+    client, state = store(sweep_dir)
     metrics = json.loads((sweep_dir / "export" / "metrics.json").read_text())
     versions = {v.tags["finesweep.variant"]: v for v in client.search_model_versions("name = 'tiny'")}
     assert set(versions) == {"full", "int8"}
@@ -207,15 +145,15 @@ def test_each_exported_variant_is_a_registered_model_version(finished_sweep):
         assert version.run_id == state["parent_run_id"]
         assert float(version.tags["test_accuracy"]) == pytest.approx(metrics[variant]["accuracy"], rel=1e-5)
         assert client.get_model_version_by_alias("tiny", variant).version == version.version
-    mlflow.set_tracking_uri(client._tracking_client.tracking_uri)
-    mlflow.set_registry_uri(client._tracking_client.tracking_uri)
+    mlflow.set_tracking_uri(state["tracking_uri"])
+    mlflow.set_registry_uri(state["tracking_uri"])
     classify = mlflow.transformers.load_model("models:/tiny@full")
     assert classify("so happy and great")[0]["label"] in {"negative", "neutral", "positive"}
 
 
 def test_export_command_exports_a_finished_sweep_again(finished_sweep, tmp_path):
     folder, sweep_dir, _ = finished_sweep
-    client, _ = _store(sweep_dir)
+    client, _ = store(sweep_dir)
     before = len(client.search_model_versions("name = 'tiny'"))
     result = finesweep("export", "sweep.yaml", "--quantize", "nf4", "--out", str(tmp_path / "again"), cwd=folder)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -228,37 +166,19 @@ def test_export_command_exports_a_finished_sweep_again(finished_sweep, tmp_path)
     assert bad.returncode == 2 and "--quantize: fp8" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_ui_serves_the_sweep_experiment_on_loopback(finished_sweep):
     folder, _, _ = finished_sweep
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "ui", "sweep.yaml", "--port", str(port)],
                               cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        body = _get_json(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny", 60)
+        body = get_json(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny", 60)
         assert body["experiment"]["name"] == "tiny"
     finally:
         server.terminate()
         server.wait(timeout=30)
     with pytest.raises(OSError):  # stopping `finesweep ui` stopped the server it started
-        _get_json(f"http://127.0.0.1:{port}/health", 3)
-
-
-def _get_json(url: str, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                return json.loads(response.read())
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+        get_json(f"http://127.0.0.1:{port}/health", 3)
 
 
 def test_bad_sweep_file_exits_2_with_a_clear_message_and_no_traceback(tmp_path):
@@ -322,7 +242,7 @@ def test_causal_lm_instruction_tuning_end_to_end(tmp_path):
     metrics = json.loads((sweep_dir / "export" / "metrics.json").read_text())
     assert set(metrics) == {"full", "int8"}
     assert metrics["full"]["perplexity"] > 1 and abs(metrics["int8"]["loss"] - metrics["full"]["loss"]) < 0.1
-    client, state = _store(sweep_dir)
+    client, state = store(sweep_dir)
     trials = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
     assert len(trials) == 3
     assert all(client.get_metric_history(r.info.run_id, "eval_perplexity") for r in trials)
@@ -341,7 +261,7 @@ def test_time_budget_stops_running_trials_and_the_export_still_happens(tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert time.monotonic() - started < 240
     sweep_dir = tmp_path / "runs" / "tiny"
-    client, state = _store(sweep_dir)
+    client, state = store(sweep_dir)
     trials = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
     assert trials and all(r.info.status != "RUNNING" for r in trials)
     assert any(r.data.tags["finesweep.end_state"].startswith("stopped_by_time_budget_at_step_") for r in trials)

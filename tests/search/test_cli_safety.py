@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tests.search.test_cli_end_to_end import SWEEP, _free_port, finesweep
+from tests.sweeps import SWEEP, finesweep, free_port
 
 LISTENING = """
 import ipaddress, json, psutil
@@ -32,7 +32,7 @@ def test_a_local_ray_listens_on_loopback_only():
 
 def test_an_address_where_no_cluster_answers_stops_at_once(tmp_path):
     (tmp_path / "sweep.yaml").write_text(SWEEP)
-    port = _free_port()
+    port = free_port()
     done = finesweep("run", "sweep.yaml", "--address", f"127.0.0.1:{port}", cwd=tmp_path, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"--address 127.0.0.1:{port}: no Ray cluster answers there" in done.stderr
@@ -42,7 +42,7 @@ def test_an_address_where_no_cluster_answers_stops_at_once(tmp_path):
 def test_status_with_the_tracking_server_down_is_a_clear_error(tmp_path):
     sweep_dir = tmp_path / "runs" / "tiny"
     sweep_dir.mkdir(parents=True)
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     (sweep_dir / "sweep-state.json").write_text(json.dumps({
         "root": str(sweep_dir), "config": {}, "tracking_uri": url, "experiment_id": "1", "parent_run_id": "abc",
         "tune_experiment": "tune-x"}))

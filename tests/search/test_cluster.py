@@ -3,11 +3,9 @@ SIGKILLed mid-trial is retried by Tune from its last checkpoint, in the same MLf
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,7 +16,7 @@ import psutil
 import pytest
 
 from tests import tiny
-from tests.search.test_resume import _crash, _evaluations, _tags, one_model_sweep
+from tests.sweeps import crash_sweep, evaluation_steps, free_port, metric_steps, one_model_sweep, run_tags, trial_runs, tune_results
 
 RAY = Path(sys.executable).with_name("ray")
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray's single-machine mode: every address is 127.0.0.1
@@ -46,12 +44,6 @@ resources: {cpus_per_trial: 1, memory_budget: 4GiB}
 export: {quantization: [none]}
 """
 GRID = sorted((lr, batch) for lr in (3.0e-3, 3.0e-2) for batch in (8, 16))  # 2 grid points per range x 2 batches
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _family(pid: int) -> list[psutil.Process]:
@@ -88,11 +80,11 @@ def ray_head():
     to every interface; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is Ray's single-machine mode, which keeps them on
     127.0.0.1. A short temp dir of its own keeps the head's session folder apart (and unix sockets short)."""
     temp_dir = Path(tempfile.mkdtemp(prefix="fsray-"))
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", **LOOPBACK}
     command = [str(RAY), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
                "--include-dashboard=false", f"--temp-dir={temp_dir}", "--disable-usage-stats",
-               f"--dashboard-agent-listen-port={_free_port()}", f"--metrics-export-port={_free_port()}"]
+               f"--dashboard-agent-listen-port={free_port()}", f"--metrics-export-port={free_port()}"]
     log = temp_dir / "ray-start.log"
     with log.open("w") as out:
         head = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -105,23 +97,6 @@ def ray_head():
     finally:
         _stop(head)
         shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def _results(sweep_dir: Path) -> dict[str, list[dict]]:
-    """Tune's results per trial (result.json, written by the controller as each result arrives)."""
-    found = {}
-    for path in sweep_dir.glob("tune/*/trial-*/result.json"):
-        found[path.parent.name] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return found
-
-
-def _trial_params(sweep_dir: Path) -> list[dict[str, str]]:
-    from mlflow import MlflowClient
-
-    state = json.loads((sweep_dir / "sweep-state.json").read_text())
-    client = MlflowClient(state["tracking_uri"])
-    runs = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
-    return [r.data.params for r in runs]
 
 
 def _run_watching(command: list[str], cwd: Path, head_pid: int, timeout: float = 300) -> tuple[subprocess.Popen, str, set[int], set[str]]:
@@ -146,7 +121,7 @@ def _run_watching(command: list[str], cwd: Path, head_pid: int, timeout: float =
                 time.sleep(0.3)
         finally:
             if process.poll() is None:
-                _crash(process)
+                crash_sweep(process)
     return process, (cwd / "sweep.log").read_text(), head_pids, sweep_children
 
 
@@ -159,7 +134,7 @@ def test_a_grid_sweep_joins_a_separately_started_ray_head_and_runs_each_grid_poi
 
     # The trials ran in the head's worker processes; the sweep started no Ray of its own.
     sweep_dir = tmp_path / "runs" / "gridded"
-    results = _results(sweep_dir)
+    results = tune_results(sweep_dir)
     assert len(results) == len(GRID)
     worker_pids = {r["pid"] for rows in results.values() for r in rows}
     assert worker_pids and worker_pids <= head_pids, (worker_pids, head_pids)
@@ -168,7 +143,7 @@ def test_a_grid_sweep_joins_a_separately_started_ray_head_and_runs_each_grid_poi
 
     # Grid search: 4 distinct configurations, fewer than the 6 trials asked for: each ran once, and said so.
     assert "fewer than search.num_trials (6): each runs once, 4 trials" in " ".join(output.split())
-    ran = sorted((float(p["learning_rate"]), int(p["effective_batch_size"])) for p in _trial_params(sweep_dir))
+    ran = sorted((float(p["learning_rate"]), int(p["effective_batch_size"])) for p in (r.data.params for r in trial_runs(sweep_dir)))
     assert ran == GRID
 
 
@@ -184,7 +159,7 @@ def _kill_trial_worker(sweep: subprocess.Popen, sweep_dir: Path, timeout: float 
     of the sweep's own local Ray. Tune's controller writes a result (result.json) just before it registers the
     checkpoint reported with it: after the second one, the first checkpoint is certainly registered."""
     deadline = time.monotonic() + timeout
-    while len(rows := next(iter(_results(sweep_dir).values()), [])) < 2:
+    while len(rows := next(iter(tune_results(sweep_dir).values()), [])) < 2:
         assert sweep.poll() is None and time.monotonic() < deadline, "the trial reported no second evaluation"
         time.sleep(0.05)
     assert rows[-1]["step"] < KILL_STEPS, "the trial ended before its worker could be killed"
@@ -192,15 +167,8 @@ def _kill_trial_worker(sweep: subprocess.Popen, sweep_dir: Path, timeout: float 
     assert worker and worker[0].cmdline()[0].startswith("ray::"), (rows[-1]["pid"], _family(sweep.pid))
     worker[0].send_signal(signal.SIGKILL)
     # The sink logs each evaluation to MLflow before reporting it to Tune: the store already holds them.
-    assert next(iter(_evaluations(sweep_dir).values()), [])[:2] == [KILL_EVERY, 2 * KILL_EVERY]
+    assert next(iter(evaluation_steps(sweep_dir).values()), [])[:2] == [KILL_EVERY, 2 * KILL_EVERY]
     return worker[0].pid
-
-
-def _metric_steps(sweep_dir: Path, run_id: str, key: str) -> list[int]:
-    from mlflow import MlflowClient
-
-    state = json.loads((sweep_dir / "sweep-state.json").read_text())
-    return [m.step for m in MlflowClient(state["tracking_uri"]).get_metric_history(run_id, key)]
 
 
 def test_a_trial_whose_worker_is_killed_resumes_from_its_checkpoint_in_the_same_mlflow_run(tmp_path):
@@ -215,17 +183,17 @@ def test_a_trial_whose_worker_is_killed_resumes_from_its_checkpoint_in_the_same_
         sweep.wait(timeout=300)
     finally:
         if sweep.poll() is None:
-            _crash(sweep)
+            crash_sweep(sweep)
     output = (tmp_path / "sweep.log").read_text()
     assert sweep.returncode == 0, output[-4000:]
 
-    evaluations = _evaluations(sweep_dir)
+    evaluations = evaluation_steps(sweep_dir)
     assert len(evaluations) == 1, "the retried trial continued its MLflow run instead of starting another"
     (run_id, steps), = evaluations.items()
     assert steps == list(range(KILL_EVERY, KILL_STEPS + 1, KILL_EVERY)), "every evaluation once, none repeated"
-    rows = next(iter(_results(sweep_dir).values()))
+    rows = next(iter(tune_results(sweep_dir).values()))
     last_checkpoint = max(r["step"] for r in rows if r["pid"] == killed)  # each result carries its checkpoint
     assert last_checkpoint < KILL_STEPS and rows[-1]["step"] == KILL_STEPS and rows[-1]["pid"] != killed
-    assert int(_tags(sweep_dir, run_id)["finesweep.resumed_from_step"]) == last_checkpoint, "resumed from it"
-    losses = _metric_steps(sweep_dir, run_id, "loss")
+    assert int(run_tags(sweep_dir, run_id)["finesweep.resumed_from_step"]) == last_checkpoint, "resumed from it"
+    losses = metric_steps(sweep_dir, run_id, "loss")
     assert len(losses) == len(set(losses)), "training logs redone after the checkpoint are not logged again"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests import tiny
-from tests.search.test_cli_end_to_end import finesweep
-from tests.search.test_resume import one_model_sweep
+from tests.sweeps import finesweep
+from tests.sweeps import one_model_sweep
 
 
 def _free_port() -> int:
@@ -97,14 +97,14 @@ def test_a_sweep_of_two_worker_trials_logs_ranks_and_exports_like_a_single_proce
     """2 workers x 1 CPU fill this 2-core machine: the trials' drivers reserve no CPU. Each trial's run has the
     world size and an exact batch split, every evaluation once; failures are recorded; the best checkpoint (kept by
     Ray Train) is exported."""
-    from tests.search.test_cli_end_to_end import _store
+    from tests.sweeps import store
 
     tiny.classification_folder(tmp_path, SWEEP)
     result = finesweep("run", "sweep.yaml", cwd=tmp_path, timeout=420)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     sweep_dir = tmp_path / "runs" / "parallel"
-    client, state = _store(sweep_dir)
+    client, state = store(sweep_dir)
     runs = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
     ends = {r.data.tags["finesweep.end_state"]: r for r in runs}
     assert set(ends) == {"batch_not_divisible", "completed", "diverged"}, [r.data.tags for r in runs]
@@ -149,8 +149,8 @@ def test_a_trial_whose_rank_is_killed_resumes_from_ray_trains_checkpoint_in_the_
 
     import psutil
 
-    from tests.search.test_cluster import _metric_steps, _results
-    from tests.search.test_resume import _crash, _evaluations, _tags
+    from tests.sweeps import metric_steps, tune_results
+    from tests.sweeps import crash_sweep, evaluation_steps, run_tags
 
     tiny.classification_folder(tmp_path, KILL_SWEEP, rows=400)
     sweep_dir = tmp_path / "runs" / "rankkill"
@@ -162,7 +162,7 @@ def test_a_trial_whose_rank_is_killed_resumes_from_ray_trains_checkpoint_in_the_
         # Tune gets a result once Ray Train has registered its checkpoint (TuneReportCallback runs after that); MLflow
         # has it earlier (rank 0 logs, then reports). After Tune's second result the first checkpoint is certainly kept.
         deadline = time.monotonic() + 300
-        while len(rows := next(iter(_results(sweep_dir).values()), [])) < 2:
+        while len(rows := next(iter(tune_results(sweep_dir).values()), [])) < 2:
             assert sweep.poll() is None and time.monotonic() < deadline, "the trial reported no second evaluation"
             time.sleep(0.05)
         assert rows[-1]["step"] < KILL_STEPS, "the trial ended before its worker could be killed"
@@ -173,18 +173,18 @@ def test_a_trial_whose_rank_is_killed_resumes_from_ray_trains_checkpoint_in_the_
         sweep.wait(timeout=400)
     finally:
         if sweep.poll() is None:
-            _crash(sweep)
+            crash_sweep(sweep)
     assert sweep.returncode == 0, (tmp_path / "sweep.log").read_text()[-4000:]
 
-    evaluations = _evaluations(sweep_dir)
+    evaluations = evaluation_steps(sweep_dir)
     assert len(evaluations) == 1, "the retried trial continued its MLflow run instead of starting another"
     (run_id, steps), = evaluations.items()
     assert steps == list(range(KILL_EVERY, KILL_STEPS + 1, KILL_EVERY)), "every evaluation once, none repeated"
-    resumed = int(_tags(sweep_dir, run_id)["finesweep.resumed_from_step"])
+    resumed = int(run_tags(sweep_dir, run_id)["finesweep.resumed_from_step"])
     assert KILL_EVERY <= resumed < KILL_STEPS, "the retried trial went on from a checkpoint"
-    losses = _metric_steps(sweep_dir, run_id, "loss")
+    losses = metric_steps(sweep_dir, run_id, "loss")
     assert len(losses) == len(set(losses)), "training logs redone after the checkpoint are not logged again"
-    rows = next(iter(_results(sweep_dir).values()))
+    rows = next(iter(tune_results(sweep_dir).values()))
     assert len({r["pid"] for r in rows}) == 2, "a second driver ran the trial"
     assert all(r["training_iteration"] == r["step"] // KILL_EVERY for r in rows)
     assert (sweep_dir / "export" / "model" / "model.safetensors").is_file()

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from tests import tiny
-from tests.search.test_cli_end_to_end import SWEEP, finesweep
+from tests.sweeps import SWEEP, finesweep
 
 
 def test_the_zero_config_leaves_batch_precision_and_clipping_to_the_trials_plan():

@@ -8,34 +8,16 @@ from pathlib import Path
 import pytest
 
 from finesweep.spaces import Task
-from finesweep.spaces.config import SweepConfig
-from tests.trainer.test_quantize import (
+from tests.exports import (
+    BEST,
     LABELS,
     causal_lm_collate,
     causal_lm_split,
     classification_collate,
     classification_split,
+    export_config,
     train_classifier,
 )
-
-BEST = {
-    "trial_id": "trial_0003",
-    "step": 40,
-    "metric": "eval_accuracy",
-    "value": 0.8125,
-    "params": {"learning_rate": 0.00123, "effective_batch_size": 16, "precision": "bf16", "model": "tiny"},
-    "model": "tiny",
-}
-
-
-def _config(model_path: Path, task: str = "classification", quantization=("int8",), **export) -> SweepConfig:
-    return SweepConfig.model_validate({
-        "name": "tiny-sweep",
-        "data": {"path": "x.csv", "task": task},
-        "models": [{"name": "tiny", "path": str(model_path)}],
-        "export": {"quantization": list(quantization), **export},
-    })
-
 
 @pytest.fixture(scope="module")
 def exported(tiny_classifier, tmp_path_factory):
@@ -47,7 +29,7 @@ def exported(tiny_classifier, tmp_path_factory):
     tokenizer = AutoTokenizer.from_pretrained(tiny_classifier)
     out = tmp_path_factory.mktemp("export")
     result = export_best(
-        config=_config(tiny_classifier), checkpoint_dir=checkpoint, tokenizer_source=tiny_classifier,
+        config=export_config(tiny_classifier), checkpoint_dir=checkpoint, tokenizer_source=tiny_classifier,
         test_split=classification_split(tokenizer, 60), collate=classification_collate(tokenizer), best=BEST, out_dir=out,
     )
     return result, out
@@ -133,7 +115,7 @@ def test_export_merges_a_lora_adapter_causal_lm(tiny_causal_lm, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tiny_causal_lm)
     tokenizer.pad_token = tokenizer.eos_token
     result = export_best(
-        config=_config(tiny_causal_lm, "causal_lm", ("int8", "nf4", "none")), checkpoint_dir=tmp_path / "adapter",
+        config=export_config(tiny_causal_lm, "causal_lm", ("int8", "nf4", "none")), checkpoint_dir=tmp_path / "adapter",
         tokenizer_source=tiny_causal_lm, test_split=causal_lm_split(tokenizer, 12),
         collate=causal_lm_collate(tokenizer), best={**BEST, "metric": "eval_loss", "value": 5.5}, out_dir=tmp_path / "out",
     )
@@ -171,7 +153,7 @@ def test_export_merges_a_lora_classifier_with_labels_from_the_split(tiny_classif
     from finesweep.search.outputs.export import export_best
     from finesweep.trainer.models import apply_lora, load_model
 
-    config = _config(tiny_classifier)
+    config = export_config(tiny_classifier)
     model = apply_lora(load_model(config.candidate("tiny"), Task.classification, LABELS), Task.classification, 4, 8, 0.0)
     model.save_pretrained(tmp_path / "adapter")
     tokenizer = AutoTokenizer.from_pretrained(tiny_classifier)

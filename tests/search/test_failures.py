@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests import tiny
-from tests.search.test_cli_end_to_end import _store, finesweep
+from tests.sweeps import finesweep, store
 
 SWEEP = """
 name: rough
@@ -41,7 +41,7 @@ def test_diverging_and_unfit_candidates_are_recorded_and_the_sweep_exports(tmp_p
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "model large removed from the space" in result.stdout
     sweep_dir = tmp_path / "runs" / "rough"
-    client, state = _store(sweep_dir)
+    client, state = store(sweep_dir)
     trials = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
     assert len(trials) == 3, "a diverged trial is recorded once, not retried"
     by_model = {}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import tiny
-from tests.search.test_cli_end_to_end import _store, finesweep
+from tests.sweeps import finesweep, store
 
 GGUF_SWEEP = f"""
 name: tiny-gguf
@@ -60,7 +60,7 @@ def test_the_gguf_candidate_trains_and_exports(gguf_sweep):
     from transformers import AutoModelForCausalLM
 
     _, sweep_dir = gguf_sweep
-    client, state = _store(sweep_dir)
+    client, state = store(sweep_dir)
     trials = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
     ends = [r.data.tags["finesweep.end_state"] for r in trials]
     assert len(ends) == 2 and all(e == "completed" or e.startswith("stopped_early") for e in ends), ends

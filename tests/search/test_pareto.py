@@ -177,7 +177,9 @@ def test_optuna_is_told_each_trials_metric_and_throughput_as_two_objectives(tmp_
     import ray
     from ray import tune
 
-    from finesweep.search.tuning.tuner import checkpoint_config, make_scheduler, make_searcher
+    from finesweep.search.tuning.ray_compat import optuna_study_of
+    from finesweep.search.tuning.samplers import make_scheduler, make_searcher
+    from finesweep.search.tuning.tuner import checkpoint_config
     from finesweep.search.tuning.ray_cluster import start_ray
 
     config = SweepConfig.model_validate({**MINIMAL, "space": {"effective_batch_size": [4, 8, 16], "precision": ["fp32"]},
@@ -193,7 +195,7 @@ def test_optuna_is_told_each_trials_metric_and_throughput_as_two_objectives(tmp_
         results = tuner.fit()
     finally:
         ray.shutdown()
-    study = searcher._ot_study  # Tune drives the searcher it was given (wrapped, not copied)
+    study = optuna_study_of(searcher)  # Tune drives the searcher it was given (wrapped, not copied)
     assert study.directions == [optuna.study.StudyDirection.MAXIMIZE] * 2
     told = {round(t.params["learning_rate"], 12): t.values for t in study.trials if t.values}
     assert len(told) == 3
@@ -243,7 +245,7 @@ def test_a_sweep_with_a_second_objective_logs_the_front_and_exports_the_trial_th
     from mlflow import MlflowClient
 
     from tests import tiny
-    from tests.search.test_cli_end_to_end import finesweep
+    from tests.sweeps import finesweep
 
     tiny.classification_folder(tmp_path, SWEEP)
     done = finesweep("run", "sweep.yaml", cwd=tmp_path)

@@ -4,79 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from tests import tiny
-from tests.search.test_cli_end_to_end import finesweep
+from tests.sweeps import crash_sweep, evaluation_steps, finesweep, one_model_sweep, run_tags
 
 TRIALS, MAX_STEPS, EVERY = 3, 60, 5
 
-def one_model_sweep(name: str, seed: int, trials: int, every: int, steps: int, quantization: str = "int8",
-                    resources: str = "") -> str:
-    """A random search over the learning rate of one tiny model, no early stopping: trials whose steps a test can
-    count and interrupt (the controller, a worker or a rank killed mid-trial)."""
-    return f"""
-name: {name}
-seed: {seed}
-output_root: runs
-data: {{path: data.csv, splits: {{train: 0.7, validation: 0.15, test: 0.15}}}}
-models: [{{name: tiny, path: model}}]
-space:
-  learning_rate: {{low: 3.0e-3, high: 3.0e-2, log: true}}
-  effective_batch_size: [8]
-  precision: [fp32]
-search:
-  algorithm: random
-  scheduler: none
-  num_trials: {trials}
-  metric: eval_accuracy
-  mode: max
-  eval_every_steps: {every}
-  max_steps: {steps}
-resources: {{cpus_per_trial: 1, {resources}memory_budget: 4GiB}}
-export: {{quantization: [{quantization}]}}
-"""
-
-
 SWEEP = one_model_sweep("crashy", 5, TRIALS, EVERY, MAX_STEPS)
-
-
-def _evaluations(sweep_dir: Path) -> dict[str, list[int]]:
-    """Steps of eval_accuracy per trial run, read from the sweep's MLflow store."""
-    from mlflow import MlflowClient
-
-    state_file = sweep_dir / "sweep-state.json"
-    if not state_file.is_file():
-        return {}
-    state = json.loads(state_file.read_text())
-    client = MlflowClient(state["tracking_uri"])
-    runs = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
-    return {r.info.run_id: sorted(m.step for m in client.get_metric_history(r.info.run_id, "eval_accuracy")) for r in runs}
-
-
-def _tags(sweep_dir: Path, run_id: str) -> dict[str, str]:
-    from mlflow import MlflowClient
-
-    state = json.loads((sweep_dir / "sweep-state.json").read_text())
-    return MlflowClient(state["tracking_uri"]).get_run(run_id).data.tags
-
-
-def _crash(process: subprocess.Popen) -> None:
-    """SIGKILL the controller and every process it started (Ray's raylet, GCS and trial workers) at once, as a
-    machine crash would: a surviving trial worker would go on logging to the MLflow run the resume continues."""
-    import psutil
-
-    family = [process.pid] + [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
-    for pid in family:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    process.wait()
 
 
 def _saved_checkpoints_of_running_trials(sweep_dir: Path) -> dict[Path, str]:
@@ -102,10 +40,10 @@ def _lose_the_saved_checkpoint(folder: Path, checkpoint: str) -> None:
 def _kill_when_mid_trial(process: subprocess.Popen, sweep_dir: Path, timeout: float = 300) -> dict[str, list[int]]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        seen = _evaluations(sweep_dir)
+        seen = evaluation_steps(sweep_dir)
         if any(3 <= len(steps) and steps[-1] < MAX_STEPS - 2 * EVERY for steps in seen.values()) and \
                 _saved_checkpoints_of_running_trials(sweep_dir):
-            _crash(process)
+            crash_sweep(process)
             return seen
         assert process.poll() is None, "the sweep ended before it could be interrupted"
         time.sleep(0.3)
@@ -125,15 +63,15 @@ def test_a_sweep_killed_mid_trial_resumes_without_rerunning_or_duplicating(tmp_p
     result = finesweep("resume", "sweep.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"trial {folder.name.split('-')[-1]}: its last saved checkpoint {checkpoint} was deleted" in result.stderr
-    after = _evaluations(sweep_dir)
+    after = evaluation_steps(sweep_dir)
     assert len(after) == TRIALS, "a resumed sweep runs exactly the planned trials, each in its own MLflow run"
     assert set(before) <= set(after), "runs of the first attempt are continued, not replaced"
     for run_id, steps in after.items():
-        assert steps == list(range(EVERY, MAX_STEPS + 1, EVERY)), f"{run_id}: evaluations {steps}, {_tags(sweep_dir, run_id)}"
+        assert steps == list(range(EVERY, MAX_STEPS + 1, EVERY)), f"{run_id}: evaluations {steps}, {run_tags(sweep_dir, run_id)}"
     interrupted = [run_id for run_id, steps in before.items() if steps and steps[-1] < MAX_STEPS]
     assert interrupted
     for run_id in interrupted:
-        resumed_from = _tags(sweep_dir, run_id).get("finesweep.resumed_from_step")
+        resumed_from = run_tags(sweep_dir, run_id).get("finesweep.resumed_from_step")
         assert resumed_from is not None and int(resumed_from) >= EVERY, "the trial went on from its checkpoint"
     summary = json.loads((sweep_dir / "summary.json").read_text())
     assert summary["best"] and (sweep_dir / "export" / "model" / "model.safetensors").is_file()

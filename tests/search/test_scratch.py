@@ -4,18 +4,17 @@ checkpoint, which Ray would keep until reboot) is removed by the driver once Tun
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 
 def test_the_driver_removes_its_sweeps_scratch_folders_and_no_other_sweeps():
     import ray
-    from ray.train.constants import _get_ray_train_session_dir
+    from finesweep.search.tuning.ray_compat import train_session_dir
 
     from finesweep.search.tuning.scratch import remove_scratch_left_here
     from finesweep.search.tuning.ray_cluster import start_ray
 
     start_ray(None)
-    run = Path(_get_ray_train_session_dir()) / "2026-11-22_10-00-00"
+    run = train_session_dir() / "2026-11-22_10-00-00"
     try:
         mine, other = (run / experiment / "working_dirs" / "trial-a" for experiment in ("tune-mine", "tune-other"))
         for trial in (mine, other):

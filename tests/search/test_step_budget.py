@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 
 from tests import tiny
-from tests.search.test_cli_end_to_end import EVALS_PER_TRIAL, NUM_TRIALS, SWEEP, _store, finesweep
+from tests.sweeps import EVALS_PER_TRIAL, NUM_TRIALS, SWEEP, finesweep, store
 
 BUDGET = 40
 CONCURRENT = 2
@@ -13,7 +13,7 @@ EVAL_EVERY = 5
 
 
 def test_the_stopper_counts_each_trials_furthest_step_and_fires_at_the_budget(tmp_path):
-    from finesweep.search.tuning.tuner import StepBudgetStopper
+    from finesweep.search.tuning.callbacks import StepBudgetStopper
 
     stopper = StepBudgetStopper(100, tmp_path / "experiment" / "step_budget.json")
     for trial, step in (("a", 30), ("b", 30), ("a", 60), ("a", 30)):  # a restarted trial re-reports step 30
@@ -27,7 +27,7 @@ def test_the_stopper_counts_each_trials_furthest_step_and_fires_at_the_budget(tm
 def test_a_resumed_sweep_keeps_the_steps_already_spent(tmp_path):
     """Tune pickles the stopper once, when the Tuner is made, and a resume unpickles that copy: the ledger in the
     experiment folder carries the spend across."""
-    from finesweep.search.tuning.tuner import StepBudgetStopper
+    from finesweep.search.tuning.callbacks import StepBudgetStopper
 
     stopper = StepBudgetStopper(100, tmp_path / "experiment" / "step_budget.json")
     as_created = pickle.dumps(stopper)
@@ -51,7 +51,7 @@ def test_step_budget_stops_the_trials_and_the_export_still_happens(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     sweep_dir = tmp_path / "runs" / "tiny"
     assert (sweep_dir / "export" / "model" / "model.safetensors").is_file()
-    client, state = _store(sweep_dir)
+    client, state = store(sweep_dir)
     trials = client.search_runs([state["experiment_id"]],
                                 filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
     assert trials and all(r.info.status != "RUNNING" for r in trials)

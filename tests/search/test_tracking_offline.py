@@ -19,7 +19,7 @@ from finesweep.search.tracking.sync import replay
 from finesweep.search.tracking.client import RetryPolicy, Tracker, TrackingUnavailable
 from finesweep.search.tracking.tags import END_STATE_TAG, PARENT_TAG, TRIAL_TAG
 from tests import tiny
-from tests.search.test_cli_end_to_end import SWEEP, _free_port, _get_json, finesweep
+from tests.sweeps import SWEEP, finesweep, free_port, get_json
 
 REPO = Path(__file__).resolve().parents[2]
 RETRY_BUDGET = "1"  # seconds per call before a write is spooled (the default, 30, is for real outages)
@@ -33,7 +33,7 @@ def test_a_call_retries_with_doubling_waits_then_gives_up_within_its_budget(tmp_
     slept, calls = [], []
     monkeypatch.setattr(client_module.time, "sleep", slept.append)
     policy = RetryPolicy(attempts=4, budget_s=8.0)
-    tracker = Tracker(f"http://127.0.0.1:{_free_port()}", policy=policy)
+    tracker = Tracker(f"http://127.0.0.1:{free_port()}", policy=policy)
 
     def down():
         calls.append(1)
@@ -83,7 +83,7 @@ def test_a_brief_server_error_while_reading_the_leaderboard_is_retried(tmp_path,
 def test_spooled_writes_replay_once_with_real_ids_in_order(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a store without an artifact root keeps artifacts under ./mlruns
     monkeypatch.setenv("FINESWEEP_TRACKING_RETRY_S", "0.2")
-    down = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     spool_dir = tmp_path / "sweep" / "tracking-spool"
     tracker = Tracker(down, spool_dir)
 
@@ -165,7 +165,7 @@ def _start_server(port: int, data_dir: Path, cwd: Path) -> subprocess.Popen:
 
 
 def _wait_until_up(port: int) -> None:
-    _get_json(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1", 90)
+    get_json(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1", 90)
 
 
 def _stop(server: subprocess.Popen) -> None:
@@ -193,14 +193,14 @@ def _tag(run: dict, key: str) -> str | None:
 
 def _history(url: str, run_id: str, key: str) -> list[int]:
     query = urllib.parse.urlencode({"run_id": run_id, "metric_key": key, "max_results": 1000})
-    return [m["step"] for m in _get_json(f"{url}/api/2.0/mlflow/metrics/get-history?{query}", 10).get("metrics", [])]
+    return [m["step"] for m in get_json(f"{url}/api/2.0/mlflow/metrics/get-history?{query}", 10).get("metrics", [])]
 
 
 def _wait_for_first_evaluation(url: str, sweep: subprocess.Popen, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and sweep.poll() is None:
         try:
-            experiment = _get_json(f"{url}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny", 1)
+            experiment = get_json(f"{url}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny", 1)
             if any(m["key"] == "eval_accuracy" for r in _runs(url, experiment["experiment"]["experiment_id"])
                    for m in r["data"].get("metrics", [])):
                 return
@@ -222,7 +222,7 @@ def _tune_steps(sweep_dir: Path) -> dict[str, list[int]]:
 
 def test_a_sweep_survives_its_tracking_server_going_down_and_sync_replays_the_rest(tmp_path, monkeypatch):
     monkeypatch.setenv("FINESWEEP_TRACKING_RETRY_S", RETRY_BUDGET)  # reaches the CLI, Ray and the trials
-    port, data_dir = _free_port(), tmp_path / "server"
+    port, data_dir = free_port(), tmp_path / "server"
     url = f"http://127.0.0.1:{port}"
     server = _start_server(port, data_dir, tmp_path)  # it takes seconds to answer: build the rest meanwhile
     try:

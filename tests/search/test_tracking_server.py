@@ -9,25 +9,25 @@ import sys
 from pathlib import Path
 
 from tests import tiny
-from tests.search.test_cli_end_to_end import SWEEP, _free_port, _get_json, finesweep
+from tests.sweeps import SWEEP, finesweep, free_port, get_json
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_sweep_logs_to_a_real_mlflow_server(tmp_path):
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "MLFLOW_PORT": str(port), "MLFLOW_DATA_DIR": str(tmp_path / "server"), "MLFLOW_WORKERS": "1",
            "PYTHON": sys.executable}
     server = subprocess.Popen(["bash", str(REPO / "mlflow" / "start-server.sh")], env=env, cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         url = f"http://127.0.0.1:{port}"
-        _get_json(f"{url}/api/2.0/mlflow/experiments/search?max_results=1", 90)
+        get_json(f"{url}/api/2.0/mlflow/experiments/search?max_results=1", 90)
         tiny.classification_folder(tmp_path, SWEEP.replace("num_trials: 6", "num_trials: 2"))
         result = finesweep("run", "sweep.yaml", "--tracking-uri", url, cwd=tmp_path)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         assert not (tmp_path / "runs" / "tiny" / "mlflow.db").exists(), "nothing may go to the local store"
-        experiment = _get_json(f"{url}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny", 10)["experiment"]
+        experiment = get_json(f"{url}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny", 10)["experiment"]
         runs = _post_json(f"{url}/api/2.0/mlflow/runs/search", {"experiment_ids": [experiment["experiment_id"]]})["runs"]
         parents = [r for r in runs if not _tag(r, "mlflow.parentRunId")]
         children = [r for r in runs if _tag(r, "mlflow.parentRunId") == parents[0]["info"]["run_id"]]

@@ -10,11 +10,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.search.test_cli_end_to_end import NUM_TRIALS, _free_port, _get_json, _store, finished_sweep  # noqa: F401
+from tests.sweeps import NUM_TRIALS, free_port, get_json, store
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 # Chromium's own connections (updates, sync, QUIC) fail on a closed network and slow every page down.
@@ -43,17 +42,17 @@ def test_the_ui_lists_the_nested_trial_runs_under_the_sweep(finished_sweep, brow
     from selenium.webdriver.support.ui import WebDriverWait
 
     folder, sweep_dir, _ = finished_sweep
-    client, state = _store(sweep_dir)
+    client, state = store(sweep_dir)
     trial_names = {r.info.run_name for r in client.search_runs(
         [state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")}
     assert len(trial_names) == NUM_TRIALS
     parent_name = client.get_run(state["parent_run_id"]).info.run_name
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "ui", "sweep.yaml", "--port", str(port)],
                               cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         url = re.search(r"http://\S+", server.stdout.readline()).group(0)
-        _get_json(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny", 90)
+        get_json(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny", 90)
         browser.get(url)
         wait = WebDriverWait(browser, 60)
         parent_link = wait.until(shown.presence_of_element_located((By.PARTIAL_LINK_TEXT, parent_name)))

