@@ -310,6 +310,7 @@ class ExportConfig(_Section):
     quantization: list[Quantization] = Field([Quantization.int8], min_length=1, description="Quantized exports to make and measure: none, int8 and nf4 (bitsandbytes), torchao-int8 (CPU deployment; needs the torchao extra).")
     output_dir: str | None = Field(None, description="Export folder; unset = <sweep folder>/export.")
     max_metric_drop: float = Field(0.01, ge=0, description="Warn when a quantized model's metric falls by more than this.")
+    generation_samples: int = Field(32, ge=0, description="causal_lm: greedy answers to the first this many test prompts, from the full model and each quantized one, scored against the references (exact match, token F1, ROUGE-L) and shown side by side in the model card; 0 = off.")
     register_model: bool = Field(True, description="Register each exported variant in the MLflow model registry (a new version each export, alias = variant).")
     registered_model_name: str | None = Field(None, description="Registered model name; unset = the sweep's name.", min_length=1)
 
