@@ -372,6 +372,8 @@ def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, par
         tracker.log_metrics(parent, {f"test_{variant}_{k}": v for k, v in metrics.items()}, 0)
     tracker.log_file(parent, exported.folder / "README.md", "export")
     tracker.log_file(parent, exported.folder / "metrics.json", "export")
+    if exported.generations is not None:
+        _log_generations(tracker, parent, exported.generations)
     if not config.export.register_model:
         return []
     try:
@@ -383,6 +385,15 @@ def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, par
         return []
     console.step("Registered " + ", ".join(f"{v.model_uri} ({v.variant})" for v in versions))
     return [v.model_uri for v in versions]
+
+
+def _log_generations(tracker: Tracker, parent: str, path: Path) -> None:
+    """generations.json on the parent run, and its answers as an MLflow table (one row per prompt, a column per
+    variant), which the UI shows side by side."""
+    tracker.log_file(parent, path, "export")
+    examples = json.loads(path.read_text(encoding="utf-8"))["examples"]
+    columns = {name: [row.get(name, "") for row in examples] for name in examples[0]}
+    tracker.log_table(parent, columns, "export/generations_table.json")
 
 
 def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | None,

@@ -10,11 +10,16 @@ from finesweep.trainer.models import AUTO_CLASS_NAMES
 
 FULL = "full"
 ADAPTER = "adapter"
+CARD_EXAMPLES = 3
+CARD_TEXT_CHARS = 160
+GENERATION_SCORES = {"gen_exact_match": "exact match", "gen_token_f1": "token F1", "gen_rouge_l": "ROUGE-L"}
 
 
 def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, float]], warnings: list[str],
-               has_adapter: bool = False) -> str:
-    """README.md of the export folder: where the model came from, how it was chosen, how well each variant does."""
+               has_adapter: bool = False, examples: list[dict[str, str]] | None = None) -> str:
+    """README.md of the export folder: where the model came from, how it was chosen, how well each variant does.
+
+    `examples` (causal_lm): the test prompts with their references and each variant's greedy answer."""
     task = Task(config.data.task)
     parts = [
         f"# {config.name}: fine-tuned {best.get('model', '?')}\n",
@@ -23,6 +28,7 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
         _origin_section(config, best, task),
         _params_section(best),
         _metrics_section(metrics, task, warnings),
+        _generation_section(metrics, examples) if examples else "",
         _usage_section(metrics, task),
         _adapter_section(config, best, task) if has_adapter else "",
     ]
@@ -80,6 +86,37 @@ def _metrics_section(metrics: dict[str, dict[str, float]], task: Task, warnings:
     lines.append("")
     lines += [f"> Warning: {w}" for w in warnings]
     return "\n".join(lines) + ("\n" if warnings else "")
+
+
+def _generation_section(metrics: dict[str, dict[str, float]], examples: list[dict[str, str]]) -> str:
+    """Scores of each variant's greedy answers, and the first few answers beside the reference: a perplexity says
+    how likely the reference is, not what the model writes."""
+    variants = list(metrics)
+    lines = [
+        "## What it generates\n",
+        f"Greedy answers (no sampling, up to the end-of-sequence token) to the first {len(examples)} test prompts, "
+        "scored against the test references after SQuAD normalization (lowercase, no punctuation, no articles): "
+        "exact match, token F1 (overlap of the bags of words) and ROUGE-L (F-measure of the longest common "
+        "subsequence of words). All answers are in `generations.json`.\n",
+        "| variant | " + " | ".join(GENERATION_SCORES.values()) + " |",
+        "|" + "---|" * (len(GENERATION_SCORES) + 1),
+        *[f"| {v} | " + " | ".join(_fmt(metrics[v].get(key)) for key in GENERATION_SCORES) + " |" for v in variants],
+        "",
+        "| prompt (its end) | reference | " + " | ".join(variants) + " |",
+        "|" + "---|" * (len(variants) + 2),
+    ]
+    for row in examples[:CARD_EXAMPLES]:
+        cells = [_cell(row["prompt"], keep_end=True), _cell(row["reference"]), *[_cell(row.get(v, "")) for v in variants]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str, keep_end: bool = False) -> str:
+    """`text` shortened to fit a table cell (a prompt keeps its end, where the question is) and made safe in one."""
+    if len(text) > CARD_TEXT_CHARS:
+        text = "…" + text[-CARD_TEXT_CHARS:] if keep_end else text[:CARD_TEXT_CHARS] + "…"
+    text = text.replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+    return text or "(empty)"
 
 
 def _usage_section(metrics: dict[str, dict[str, float]], task: Task) -> str:

@@ -20,6 +20,7 @@ from finesweep.spaces.files import write_json_atomic
 log = logging.getLogger(__name__)
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+GENERATIONS = "generations.json"
 # The metric each task's warning watches, and whether a larger value is better.
 PRIMARY = {Task.classification: ("accuracy", True), Task.causal_lm: ("perplexity", False)}
 
@@ -33,6 +34,8 @@ class ExportResult:
     """E.g. "int8: accuracy fell by 0.023 (> export.max_metric_drop 0.01)"."""
     adapter: Path | None = None
     """The LoRA adapter alone (weights, config, tokenizer), when the winner was a LoRA trial."""
+    generations: Path | None = None
+    """generations.json (causal_lm, export.generation_samples > 0): each variant's answers to the test prompts."""
 
     def variant_folder(self, variant: str) -> Path:
         return self.folder / variant_folder(variant)
@@ -66,17 +69,22 @@ def export_best(
     from finesweep.trainer.quantize import linear_layer_names, quantize
 
     layers = linear_layer_names(full_dir, task)
-    metrics = {FULL: _measure(full_dir, task, test_split, collate, layers)}
+    samples = config.export.generation_samples if task == Task.causal_lm else 0
+    metrics, answers = {}, {}
+    metrics[FULL], answers[FULL] = _measure(full_dir, task, test_split, collate, layers, samples)
     for method in _methods(config):
         folder = quantize(full_dir, method, _fresh(out_dir / f"model-{method.value}"), task)
-        metrics[method.value] = _measure(folder, task, test_split, collate, layers)
+        metrics[method.value], answers[method.value] = _measure(folder, task, test_split, collate, layers, samples)
     warnings = drop_warnings(metrics, task, config.export.max_metric_drop)
     for warning in warnings:
         log.warning("export: %s", warning)
+    examples = side_by_side(answers)
+    generations = _write_generations(out_dir / GENERATIONS, metrics, examples)
     write_json_atomic(out_dir / "metrics.json", metrics)
     write_json_atomic(out_dir / "sweep.json", config.model_dump(mode="json"))
-    (out_dir / "README.md").write_text(model_card(config, best, metrics, warnings, adapter is not None), encoding="utf-8")
-    return ExportResult(folder=out_dir, metrics=metrics, warnings=warnings, adapter=adapter)
+    card = model_card(config, best, metrics, warnings, adapter is not None, examples)
+    (out_dir / "README.md").write_text(card, encoding="utf-8")
+    return ExportResult(folder=out_dir, metrics=metrics, warnings=warnings, adapter=adapter, generations=generations)
 
 
 def check_backends(config: SweepConfig) -> None:
@@ -193,9 +201,11 @@ def _tokenizer(source: Path, trust_remote_code: bool) -> Any:
 # --- measuring ----------------------------------------------------------------------------------------------
 
 
-def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layers: list[str]) -> dict[str, float]:
+def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layers: list[str],
+             samples: int = 0) -> tuple[dict[str, float], list[dict[str, str]]]:
     """Test metrics, size on disk (whole model and its linear `layers`, which quantization shrinks while the
-    embeddings stay as they are) and latency of the model saved in `folder`, loaded as a user would."""
+    embeddings stay as they are) and latency of the model saved in `folder`, loaded as a user would; with
+    `samples`, also its greedy answers to that many test prompts and their scores (gen_*)."""
     import torch
 
     from finesweep.trainer.evaluate import evaluate, folder_size_bytes, layer_bytes, saved_tensors
@@ -207,9 +217,39 @@ def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layer
     metrics = evaluate(model, test_split, collate, task)
     metrics["size_bytes"] = float(folder_size_bytes(folder))
     metrics["linear_layers_bytes"] = float(layer_bytes(saved_tensors(folder), layers))
+    examples = _generate(model, folder, test_split, samples, metrics) if samples else []
     del model
     gc.collect()
-    return metrics
+    return metrics, examples
+
+
+def _generate(model: Any, folder: Path, test_split: Any, samples: int, metrics: dict[str, float]) -> list[dict[str, str]]:
+    """The model's answers to the first `samples` test prompts; their mean scores go into `metrics` as gen_*."""
+    from finesweep.trainer.generate import score_generation
+
+    scores, examples = score_generation(model, _tokenizer(folder, False), test_split, samples)
+    metrics.update({f"gen_{name}": value for name, value in scores.items()})
+    return examples
+
+
+def side_by_side(answers: dict[str, list[dict[str, str]]]) -> list[dict[str, str]]:
+    """One row per prompt: prompt, reference and each variant's answer under the variant's name. The variants
+    answered the same prompts (the split's first rows), so the rows line up."""
+    full = answers.get(FULL) or []
+    return [{"prompt": row["prompt"], "reference": row["reference"],
+             **{variant: rows[i]["generated"] for variant, rows in answers.items()}} for i, row in enumerate(full)]
+
+
+def _write_generations(path: Path, metrics: dict[str, dict[str, float]], examples: list[dict[str, str]]) -> Path | None:
+    """generations.json: the scores of each variant and the answers side by side; none (and no stale file from an
+    earlier export) when nothing was generated."""
+    if not examples:
+        path.unlink(missing_ok=True)
+        return None
+    scores = {variant: {key[len("gen_"):]: value for key, value in values.items() if key.startswith("gen_")}
+              for variant, values in metrics.items()}
+    write_json_atomic(path, {"samples": len(examples), "scores": scores, "examples": examples})
+    return path
 
 
 def drop_warnings(metrics: dict[str, dict[str, float]], task: Task, max_drop: float) -> list[str]:

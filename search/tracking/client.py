@@ -228,6 +228,11 @@ class Tracker:
         self._write("log_text", {"run_id": run_id, "text": json.dumps(obj, indent=2, default=str),
                                  "artifact_file": artifact_file})
 
+    def log_table(self, run_id: str, columns: dict[str, list[Any]], artifact_file: str) -> None:
+        """A table artifact (column name -> values) that the MLflow UI shows as a table and can compare across
+        runs. MLflow appends to a table already logged under the same name."""
+        self._write("log_table", {"run_id": run_id, "columns": columns, "artifact_file": artifact_file})
+
     def log_file(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         self._write("log_artifact", {"run_id": run_id, "path": str(Path(path).resolve()),
                                      "artifact_path": artifact_path})
@@ -328,6 +333,8 @@ def apply_op(client: "MlflowClient", op: str, args: dict[str, Any], spool_folder
                          tags=[RunTag(*t) for t in args.get("tags", [])])
     elif op == "log_text":
         client.log_text(args["run_id"], args["text"], args["artifact_file"])
+    elif op == "log_table":
+        client.log_table(args["run_id"], data=args["columns"], artifact_file=args["artifact_file"])
     elif op == "log_artifact":  # a spooled copy's path is relative to the spool folder; an absolute one stays
         client.log_artifact(args["run_id"], str(Path(spool_folder or ".") / args["path"]), args.get("artifact_path"))
     elif op == "set_terminated":

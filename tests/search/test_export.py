@@ -115,7 +115,8 @@ def test_export_merges_a_lora_adapter_causal_lm(tiny_causal_lm, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tiny_causal_lm)
     tokenizer.pad_token = tokenizer.eos_token
     result = export_best(
-        config=export_config(tiny_causal_lm, "causal_lm", ("int8", "nf4", "none")), checkpoint_dir=tmp_path / "adapter",
+        config=export_config(tiny_causal_lm, "causal_lm", ("int8", "nf4", "none"), generation_samples=8),
+        checkpoint_dir=tmp_path / "adapter",
         tokenizer_source=tiny_causal_lm, test_split=causal_lm_split(tokenizer, 12),
         collate=causal_lm_collate(tokenizer), best={**BEST, "metric": "eval_loss", "value": 5.5}, out_dir=tmp_path / "out",
     )
@@ -129,6 +130,52 @@ def test_export_merges_a_lora_adapter_causal_lm(tiny_causal_lm, tmp_path):
     generation = json.loads((tmp_path / "out" / "model" / "generation_config.json").read_text())
     assert generation["pad_token_id"] == tokenizer.pad_token_id and generation["eos_token_id"] == tokenizer.eos_token_id
     _assert_adapter_export_matches_merged(AutoModelForCausalLM.from_pretrained(tiny_causal_lm), tmp_path / "out", merged)
+    _assert_generations(result, tmp_path / "out", ["full", "int8", "nf4"], samples=8)
+
+
+def _assert_generations(result, out: Path, variants: list[str], samples: int) -> None:
+    """Each variant's generation scores are in metrics.json, its answers in generations.json, both in the card."""
+    metrics = json.loads((out / "metrics.json").read_text())
+    for variant in variants:
+        for key in ("gen_exact_match", "gen_token_f1", "gen_rouge_l"):
+            assert 0.0 <= metrics[variant][key] <= 1.0, (variant, key)
+    assert result.generations == out / "generations.json"
+    saved = json.loads(result.generations.read_text())
+    assert saved["samples"] == samples and len(saved["examples"]) == samples
+    assert saved["scores"]["nf4"]["token_f1"] == metrics["nf4"]["gen_token_f1"]
+    first = saved["examples"][0]
+    assert set(first) == {"prompt", "reference", *variants}
+    assert first["prompt"] == "name the colour green number 0" and first["reference"] == "the colour is green"
+    card = (out / "README.md").read_text()
+    section = card.split("## What it generates", 1)[1].split("\n## ", 1)[0]
+    for variant in variants:
+        assert f"| {variant} | {metrics[variant]['gen_exact_match']:.4g} |" in section
+    assert section.count("the colour is green") == 1 and "| prompt (its end) | reference | full | int8 | nf4 |" in section
+    assert len([line for line in section.splitlines() if line.startswith("| name the colour")]) == 3
+
+
+def test_a_classification_export_generates_nothing(exported):
+    result, out = exported
+    assert result.generations is None and not (out / "generations.json").exists()
+    assert not any(key.startswith("gen_") for values in result.metrics.values() for key in values)
+    assert "What it generates" not in (out / "README.md").read_text()
+
+
+def test_side_by_side_rows_and_no_stale_generations(tmp_path):
+    from finesweep.search.outputs.export import _write_generations, side_by_side
+
+    answers = {"full": [{"prompt": "p1", "reference": "r1", "generated": "a"}, {"prompt": "p2", "reference": "r2",
+                                                                               "generated": "b"}],
+               "int8": [{"prompt": "p1", "reference": "r1", "generated": "c"}, {"prompt": "p2", "reference": "r2",
+                                                                               "generated": "d"}]}
+    rows = side_by_side(answers)
+    assert rows == [{"prompt": "p1", "reference": "r1", "full": "a", "int8": "c"},
+                    {"prompt": "p2", "reference": "r2", "full": "b", "int8": "d"}]
+    path = tmp_path / "generations.json"
+    metrics = {"full": {"loss": 1.0, "gen_rouge_l": 0.5}, "int8": {"loss": 1.1, "gen_rouge_l": 0.25}}
+    assert _write_generations(path, metrics, rows) == path
+    assert json.loads(path.read_text())["scores"] == {"full": {"rouge_l": 0.5}, "int8": {"rouge_l": 0.25}}
+    assert _write_generations(path, metrics, []) is None and not path.exists()  # a re-export with samples 0
 
 
 def _assert_adapter_export_matches_merged(base, out: Path, merged) -> None:
@@ -180,3 +227,32 @@ def test_export_merges_a_lora_classifier_with_labels_from_the_split(tiny_classif
 def test_a_full_fine_tune_exports_no_adapter(exported):
     _, out = exported
     assert not (out / "adapter").exists() and "LoRA adapter" not in (out / "README.md").read_text()
+
+
+def test_record_export_puts_the_generations_on_the_parent_run(tmp_path):
+    """generations.json as an artifact and its answers as an MLflow table; gen_* among the parent's test metrics."""
+    from finesweep.search.outputs.console import Console
+    from finesweep.search.outputs.export import ExportResult, _write_generations
+    from finesweep.search.sweep import record_export
+    from finesweep.search.tracking.client import Tracker
+
+    metrics = {"full": {"loss": 1.0, "gen_exact_match": 0.5}, "int8": {"loss": 1.1, "gen_exact_match": 0.0}}
+    rows = [{"prompt": "p1", "reference": "red", "full": "red", "int8": "blue"},
+            {"prompt": "p2", "reference": "blue", "full": "green", "int8": "green"}]
+    (tmp_path / "README.md").write_text("card")
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    exported = ExportResult(folder=tmp_path, metrics=metrics, generations=_write_generations(
+        tmp_path / "generations.json", metrics, rows))
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = tracker.experiment("gen", tmp_path / "artifacts")
+    parent = tracker.start_run(experiment, "parent")
+    config = export_config(tmp_path, "causal_lm", register_model=False)
+    assert record_export(config, tracker, experiment, parent, exported, None, Console()) == []
+    run = tracker.client.get_run(parent)
+    assert run.data.metrics["test_full_gen_exact_match"] == 0.5 and run.data.metrics["test_int8_gen_exact_match"] == 0.0
+    assert {a.path for a in tracker.client.list_artifacts(parent, "export")} >= {
+        "export/generations.json", "export/generations_table.json"}
+    table = json.loads(Path(tracker.client.download_artifacts(parent, "export/generations_table.json", str(tmp_path / "dl")))
+                       .read_text())
+    assert table["columns"] == ["prompt", "reference", "full", "int8"]
+    assert table["data"] == [["p1", "red", "red", "blue"], ["p2", "blue", "green", "green"]]
