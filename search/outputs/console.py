@@ -82,11 +82,13 @@ class Console:
                       f"{pick[speed]:.1f} tokens/s)")
 
     def export_table(self, result) -> None:
-        table = Table("variant", "accuracy / perplexity", "loss", "size MB", "ms/sample", title=f"Test split ({result.folder})")
+        generated = any("gen_rouge_l" in m for m in result.metrics.values())  # causal_lm with generation_samples
+        columns = ["variant", "accuracy / perplexity", "loss", "size MB", "ms/sample"] + (["ROUGE-L"] if generated else [])
+        table = Table(*columns, title=f"Test split ({result.folder})")
         for variant, m in result.metrics.items():
             primary = m.get("accuracy", m.get("perplexity"))
             table.add_row(variant, _fmt(primary), _fmt(m.get("loss")), f"{m.get('size_bytes', 0) / 1e6:.1f}",
-                          _fmt(m.get("latency_ms_per_sample")))
+                          _fmt(m.get("latency_ms_per_sample")), *([_fmt(m.get("gen_rouge_l"))] if generated else []))
         self.out.print(table)
         for warning in result.warnings:
             self.warn(warning)
