@@ -75,6 +75,7 @@ def _corpus() -> list[str]:
 
 def build_tiny_classifier(folder: Path) -> Path:
     """A 2-layer BERT encoder (hidden 32) with a WordPiece tokenizer trained on the test corpus, saved to `folder`."""
+    import torch
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
@@ -91,6 +92,10 @@ def build_tiny_classifier(folder: Path) -> Path:
         vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
     )
+    # Seeded, so every session fine-tunes the same encoder: from some random starts the classifier trained on it
+    # (tests/exports.py) never learns "neutral" in its few steps, and the quantization tests need one that tells
+    # the classes apart.
+    torch.manual_seed(1)
     BertModel(config).save_pretrained(folder)  # an encoder without a head, like a real pretrained one
     return folder
 
