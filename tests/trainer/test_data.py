@@ -95,7 +95,8 @@ def test_fraction_splits_are_stratified(sentiment_csv, tmp_path):
 def test_count_splits_subsample(sentiment_csv, tmp_path):
     prepared = prepare(_config(sentiment_csv, splits={"train": 60, "validation": 15, "test": 30}), 0, tmp_path)
     assert prepared.report.splits == {"train": 60, "validation": 15, "test": 30}
-    assert all(len(c) == 3 for c in prepared.report.label_counts.values())
+    counts = prepared.report.label_counts
+    assert set(counts) == {"train", "validation", "test"} and all(len(c) == 3 for c in counts.values()), counts
 
 
 def test_too_few_rows_says_how_many(sentiment_csv, tmp_path):
