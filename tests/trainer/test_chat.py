@@ -153,3 +153,10 @@ def test_template_settings_and_their_errors(chat_tokenizer, tiny_causal_lm, tmp_
     good.write_text("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                     "{% if add_generation_prompt %}assistant: {% endif %}")
     assert chat.resolve_template(str(good), no_template, "gpt") == good.read_text()
+
+
+def test_the_prompt_for_generation_ends_where_the_assistant_turn_begins(chat_tokenizer):
+    prompt = chat.render_prompt(CONVERSATION[:2], chat_tokenizer, tiny.CHATML_TEMPLATE)
+    assert prompt == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\ncolour of the sky?<|im_end|>\n<|im_start|>assistant\n"
+    text, spans = chat.render(CONVERSATION[:3], chat_tokenizer, tiny.CHATML_TEMPLATE)
+    assert text.startswith(prompt) and spans == [(len(prompt), len(text))]
