@@ -7,30 +7,9 @@ import json
 
 from finesweep.trainer.data import chat
 from tests import tiny
-from tests.sweeps import finesweep, trial_runs
+from tests.sweeps import causal_lm_sweep, finesweep, trial_runs
 
-CHAT_SWEEP = """
-name: tiny-chat
-seed: 2
-output_root: runs
-data:
-  path: chats.jsonl
-  task: causal_lm
-  splits: {train: 0.8, validation: 0.1, test: 0.1}
-models:
-  - {name: chat, path: model}
-space:
-  learning_rate: {low: 1.0e-3, high: 1.0e-2, log: true}
-  effective_batch_size: [8]
-  precision: [fp32]
-search:
-  algorithm: random
-  num_trials: 2
-  eval_every_steps: 5
-  max_steps: 10
-resources: {cpus_per_trial: 1, memory_budget: 4GiB}
-export: {quantization: [int8], register_model: false}
-"""
+CHAT_SWEEP = causal_lm_sweep("tiny-chat", 2, "chats.jsonl", "{name: chat, path: model}")
 
 
 def test_a_messages_jsonl_sweep_trains_on_the_template_and_the_export_prompts_with_it(tmp_path):
