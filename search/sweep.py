@@ -16,7 +16,7 @@ from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEVICE_TAG, GIT_COMMIT_TAG,
                                             GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
-from finesweep.spaces import Method, SweepConfig
+from finesweep.spaces import Method, SweepConfig, Task
 from finesweep.spaces.files import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,9 @@ def prepare_data(config: SweepConfig, folder: SweepFolder, console: Console) -> 
 
     prepared = data.prepare(config.data, config.seed, folder.cache)
     tokenizers = {name: models.load_tokenizer(config.candidate(name), config.trust_remote_code) for name in config.model_names}
-    measured = {name: token_lengths(prepared.folder, tok, config.data.task) for name, tok in tokenizers.items()}
+    templates = {name: chat_template(config, name, tok) for name, tok in tokenizers.items()}
+    measured = {name: token_lengths(prepared.folder, tok, config.data.task, chat_template=templates[name])
+                for name, tok in tokenizers.items()}
     lengths = {name: percentiles(values) for name, values in measured.items()}
     max_seq_len = config.data.max_seq_len or max(
         covering_length(lengths[name], _model_limit(tok)) for name, tok in tokenizers.items())
@@ -99,12 +101,23 @@ def prepare_data(config: SweepConfig, folder: SweepFolder, console: Console) -> 
     for name, tok in tokenizers.items():
         vocab = model_vocab_size(config.candidate(name), config.trust_remote_code)
         tokenized[name] = str(data.tokenize(prepared, tok, config.data.task, max_seq_len, folder.cache,
-                                            too_long=config.data.too_long, vocab_size=vocab, model_name=name))
+                                            too_long=config.data.too_long, vocab_size=vocab, model_name=name,
+                                            chat_template=templates[name]))
         tokens[name] = data.token_entry(tok, lengths[name], Path(tokenized[name]))
     data.finish_report(prepared, tokens, measured, max_seq_len)
     console.data_report(prepared.report)
     console.lengths(lengths, max_seq_len)
     return PreparedSweep(prepared, tokenized, max_seq_len, lengths)
+
+
+def chat_template(config: SweepConfig, model_name: str, tokenizer) -> str | None:
+    """The chat template candidate `model_name`'s conversations are rendered with (None: plain text; see
+    trainer/data/chat.py); classification has none."""
+    from finesweep.trainer.data.chat import resolve_template
+
+    if config.data.task != Task.causal_lm:
+        return None
+    return resolve_template(config.data.chat_template, tokenizer, model_name)
 
 
 def _model_limit(tokenizer) -> int | None:

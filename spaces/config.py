@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+# data.chat_template values that name no file: any other value is a Jinja template file
+CHAT_TEMPLATE_SETTINGS = ("auto", "model", "none")
 
 
 class _Section(BaseModel):
@@ -85,9 +87,12 @@ class DataConfig(_Section):
     label_column: str = Field("label", description="Label column (classification); string labels are mapped to ids.")
     prompt_column: str = Field("prompt", description="Prompt column (causal_lm); no loss on its tokens.")
     response_column: str = Field("response", description="Response column (causal_lm); the loss is on these tokens.")
+    system_column: str | None = Field(None, description="Optional system-prompt column beside prompt/response (causal_lm).")
+    messages_column: str = Field("messages", description="Column of conversations (causal_lm), read when the file has it and no prompt column: a list of {role, content} (system, user, assistant), OpenAI's chat format; the loss is on the assistant turns.")
+    chat_template: str = Field("auto", description="How causal_lm conversations become text: auto = the model's own chat template when its tokenizer has one, else plain; model = its own (an error if none); none = plain (prompt, newline, response, end-of-sequence token); or a Jinja template file.")
     splits: SplitSizes = Field(default_factory=SplitSizes, description="Train/validation/test sizes.")
     max_seq_len: int | None = Field(None, ge=8, description="Token limit; unset = cover the 99th percentile of lengths.")
-    drop_duplicates: bool = Field(True, description="Drop rows whose text (causal_lm: prompt and response) repeats an earlier row.")
+    drop_duplicates: bool = Field(True, description="Drop rows whose text (causal_lm: the whole conversation) repeats an earlier row.")
     normalize: bool = Field(True, description="Compare texts after Unicode NFKC, case folding and whitespace collapsing (duplicates, conflicts, leaks).")
     drop_conflicts: bool = Field(True, description="Drop every row of a text that appears with different labels (classification).")
     allowed_labels: list[str] | None = Field(None, min_length=2, description="Labels to keep; rows with any other label are dropped. Unset = keep all.")

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from finesweep.spaces.config import NAME_PATTERN, SweepConfig
+from finesweep.spaces.config import CHAT_TEMPLATE_SETTINGS, NAME_PATTERN, SweepConfig
 
 PACKAGE_SCHEME = "pkg://"
 _UNION_MEMBER_TAGS = {"float", "int", "str", "list[int]", "list[str]", "none"}
@@ -167,6 +167,8 @@ def _resolve_paths(config: SweepConfig, base_dir: Path, sweep_path: Path) -> Swe
 
     data_paths = {key: resolved(f"data.{key}", value) for key in ("path", "validation_path", "test_path")
                   if (value := getattr(config.data, key)) is not None}
+    if config.data.chat_template not in CHAT_TEMPLATE_SETTINGS:  # otherwise a Jinja file
+        data_paths["chat_template"] = resolved("data.chat_template", config.data.chat_template)
     data = config.data.model_copy(update=data_paths)
     models = [
         m.model_copy(update={"path": resolved(f"models[{i}].path", m.path)}) if m.path else m

@@ -69,6 +69,32 @@ export: {{quantization: [{quantization}]}}
 """
 
 
+def causal_lm_sweep(name: str, seed: int, data: str, model: str) -> str:
+    """Two short random-search trials of one causal LM (`model`: the models[] entry as YAML flow), int8 export."""
+    return f"""
+name: {name}
+seed: {seed}
+output_root: runs
+data:
+  path: {data}
+  task: causal_lm
+  splits: {{train: 0.8, validation: 0.1, test: 0.1}}
+models:
+  - {model}
+space:
+  learning_rate: {{low: 1.0e-3, high: 1.0e-2, log: true}}
+  effective_batch_size: [8]
+  precision: [fp32]
+search:
+  algorithm: random
+  num_trials: 2
+  eval_every_steps: 5
+  max_steps: 10
+resources: {{cpus_per_trial: 1, memory_budget: 4GiB}}
+export: {{quantization: [int8], register_model: false}}
+"""
+
+
 def finesweep(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
     """The CLI as a user runs it, offline (nothing may come from the hub in tests)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

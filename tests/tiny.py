@@ -75,6 +75,7 @@ def _corpus() -> list[str]:
 
 def build_tiny_classifier(folder: Path) -> Path:
     """A 2-layer BERT encoder (hidden 32) with a WordPiece tokenizer trained on the test corpus, saved to `folder`."""
+    import torch
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
@@ -91,6 +92,10 @@ def build_tiny_classifier(folder: Path) -> Path:
         vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
     )
+    # Seeded, so every session fine-tunes the same encoder: from some random starts the classifier trained on it
+    # (tests/exports.py) never learns "neutral" in its few steps, and the quantization tests need one that tells
+    # the classes apart.
+    torch.manual_seed(1)
     BertModel(config).save_pretrained(folder)  # an encoder without a head, like a real pretrained one
     return folder
 
@@ -120,6 +125,53 @@ def build_tiny_causal_lm(folder: Path) -> Path:
                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
     GPT2LMHeadModel(config).save_pretrained(folder)
     return folder
+
+
+# ChatML, the format of many instruct models (SmolLM2-Instruct and Qwen among them), written out for the tests.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def build_tiny_chat_lm(folder: Path) -> Path:
+    """The tiny GPT-2 as an instruct model: ChatML's <|im_start|> and <|im_end|> as special tokens, <|im_end|> as
+    its end-of-sequence token, and the ChatML chat template in its tokenizer."""
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=_byte_level_bpe(), eos_token="<|endoftext|>",
+                                        bos_token="<|endoftext|>")
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.chat_template = CHATML_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=128,
+                        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    return folder
+
+
+def conversation_rows(n: int, seed: int = 0) -> list[dict]:
+    """OpenAI-style conversations, a system turn and one or two user/assistant exchanges each, with the same
+    learnable mapping as instruction_rows (the reply repeats the question's colour)."""
+    rng = random.Random(seed)
+    rows = []
+    for row in instruction_rows(n, seed):
+        messages = [{"role": "system", "content": "You name colours."},
+                    {"role": "user", "content": row["prompt"]}, {"role": "assistant", "content": row["response"]}]
+        if rng.random() < 0.5:
+            colour = row["response"].rsplit(" ", 1)[1]
+            messages += [{"role": "user", "content": "again?"}, {"role": "assistant", "content": f"still {colour}"}]
+        rows.append({"messages": messages})
+    return rows
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    import json
+
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
 
 
 def build_large_encoder(folder: Path, tokenizer_from: Path) -> Path:

@@ -60,10 +60,16 @@ def _classify(model: Any, tokenizer: Any, texts: list[str]) -> list[dict]:
 
 
 def _generate(model: Any, tokenizer: Any, text: str) -> dict:
-    """One text at a time: no left/right padding questions, and the prompt is cut off exactly."""
+    """One text at a time: no left/right padding questions, and the prompt is cut off exactly. The text is the
+    user's turn, written in the format the folder's model was fine-tuned on: its tokenizer's chat template, or
+    plain text (see trainer/data/chat.py)."""
     import torch
 
-    inputs = tokenizer(text, return_tensors="pt").to(model.device)
+    from finesweep.trainer.data.chat import conversation_from_columns, own_template, render_prompt
+
+    template = own_template(tokenizer)
+    prompt = render_prompt(conversation_from_columns(text, "", None)[:-1], tokenizer, template)
+    inputs = tokenizer(prompt, return_tensors="pt", add_special_tokens=template is None).to(model.device)
     with torch.no_grad():
         output = model.generate(
             **inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=tokenizer.pad_token_id

@@ -114,12 +114,16 @@ def train(plan: TrialPlan, sink: EvaluationSink) -> dict[str, float]:
     return trainer.state.log_history[-1] if trainer.state.log_history else {}
 
 
-def deepspeed_config(stage: int) -> dict[str, Any]:
-    """The ZeRO config handed to TrainingArguments(deepspeed=...); "auto" takes batch sizes, accumulation, precision
-    and clipping from the TrainingArguments, so the trial's plan stays the one source of those numbers."""
-    return {"zero_optimization": {"stage": stage}, "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
-            "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
-            "fp16": {"enabled": "auto"}}
+def deepspeed_config(plan: TrialPlan) -> dict[str, Any]:
+    """The ZeRO config handed to TrainingArguments(deepspeed=...), written from the trial's plan: its stage, its
+    micro-batch, accumulation and effective batch (micro x accumulation x devices), and its precision. The Trainer
+    checks each number against its TrainingArguments (made from the same plan) and refuses a mismatch, so a trial
+    cannot train with another batch or precision than the one it reports; clipping follows max_grad_norm ("auto")."""
+    batch = plan.batch
+    return {"zero_optimization": {"stage": plan.deepspeed_stage}, "train_micro_batch_size_per_gpu": batch.micro,
+            "gradient_accumulation_steps": batch.accumulation, "train_batch_size": batch.effective,
+            "gradient_clipping": "auto", "bf16": {"enabled": plan.precision == Precision.bf16.value},
+            "fp16": {"enabled": plan.precision == Precision.fp16.value}}
 
 
 def single_process_rendezvous() -> None:
@@ -251,7 +255,7 @@ def _training_arguments(plan: TrialPlan):
         report_to="none",
         disable_tqdm=True,
         dataloader_num_workers=0,
-        deepspeed=deepspeed_config(plan.deepspeed_stage) if plan.deepspeed_stage else None,
+        deepspeed=deepspeed_config(plan) if plan.deepspeed_stage else None,
         activation_checkpointing=plan.gradient_checkpointing,
         activation_checkpointing_kwargs=CHECKPOINTING_KWARGS if plan.gradient_checkpointing else None,
     )

@@ -127,6 +127,12 @@ def _save_full(config: SweepConfig, checkpoint_dir: Path, tokenizer_source: Path
 
         model = load_checkpoint(str(checkpoint_dir), task, trust_remote_code=config.trust_remote_code)
     tokenizer = _tokenizer(tokenizer_source, config.trust_remote_code)
+    if task == Task.causal_lm:
+        # The export's tokenizer carries the format the model was fine-tuned on: that template, or none for plain
+        # text (so `predict`, pipelines and chat front-ends prompt it as it learned).
+        from finesweep.trainer.data.chat import resolve_template
+
+        tokenizer.chat_template = resolve_template(config.data.chat_template, tokenizer, best.get("model", "best"))
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id  # batched classification needs it in the config
     _complete_generation_config(model, tokenizer)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from optuna.samplers import GridSampler
+from optuna.samplers import GridSampler, TPESampler
 
 
 def keep_grid_points(sampler: GridSampler, keep: Callable[[dict[str, Any]], bool]) -> None:
@@ -22,3 +22,8 @@ def keep_grid_points(sampler: GridSampler, keep: Callable[[dict[str, Any]], bool
 def grid_points(sampler: GridSampler) -> list[dict[str, Any]]:
     """The points a GridSampler will run, in its order."""
     return [dict(zip(sampler._param_names, point)) for point in sampler._all_grids]
+
+
+def tpe_startup_trials_of(sampler: TPESampler) -> int:
+    """The n_startup_trials a TPESampler was made with (kept in `_n_startup_trials`; no public accessor)."""
+    return sampler._n_startup_trials

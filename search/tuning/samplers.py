@@ -38,11 +38,10 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if config.search.algorithm == "tpe":
-        # TPE samples at random for its first n_startup_trials (10 by default); a sweep of a handful of
-        # trials would never leave that phase, so a third of the budget is random and the rest is TPE. With a step
-        # budget, num_trials is only a ceiling: the trials the budget pays for (at full length) are the budget.
-        startup = min(10, max(2, planned_trials(config) // 3))
-        sampler = optuna.samplers.TPESampler(seed=config.seed, multivariate=True, n_startup_trials=startup)
+        # With a step budget, num_trials is only a ceiling: the trials the budget pays for (at full length) are
+        # the budget.
+        sampler = optuna.samplers.TPESampler(seed=config.seed, multivariate=True,
+                                             n_startup_trials=tpe_startup_trials(planned_trials(config)))
     elif config.search.algorithm == "grid":
         values = grid(config.space, config.model_names, precisions, config.search.grid_points)
         sampler = DistinctGridSampler(values, seed=config.seed)
@@ -55,6 +54,12 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
     metric, mode = search_objectives(config.search)
     return OptunaSearch(space=space, sampler=sampler, metric=metric, mode=mode,
                         points_to_evaluate=[dict(p) for p in config.search.initial_points] or None)
+
+
+def tpe_startup_trials(num_trials: int) -> int:
+    """How many of `num_trials` TPE samples at random before it models the results. Optuna's default is 10; a
+    sweep of a handful of trials would never leave that phase, so a third of the trials (at least 2, at most 10)."""
+    return min(10, max(2, num_trials // 3))
 
 
 def planned_trials(config: SweepConfig) -> int:

@@ -99,6 +99,20 @@ def test_best_is_the_best_evaluation_of_all_trials(finished_sweep):
     assert parent.data.tags["finesweep.best_run_id"] == best["mlflow_run_id"]
 
 
+def test_the_summary_and_the_parent_run_time_each_phase_of_the_sweep(finished_sweep):
+    _, sweep_dir, _ = finished_sweep
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    phases, wall = summary["phase_seconds"], summary["wall_seconds"]
+    assert set(phases) == {"data", "probe", "search", "export"}
+    assert all(seconds > 0 for seconds in phases.values()), phases
+    # Laps and the total are each rounded to 0.1 s: their sum may pass the rounded total by that round-off only.
+    assert sum(phases.values()) <= wall + 0.05 * (len(phases) + 1), (phases, wall)
+    client, state = store(sweep_dir)
+    metrics = client.get_run(state["parent_run_id"]).data.metrics
+    assert {name: metrics[f"phase_{name}_seconds"] for name in phases} == phases
+    assert metrics["sweep_wall_seconds"] == wall
+
+
 def test_export_reloads_with_plain_transformers_and_predicts(finished_sweep):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer

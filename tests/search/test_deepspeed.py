@@ -18,14 +18,50 @@ from tests import tiny
 from tests.sweeps import SWEEP, finesweep
 
 
-def test_the_zero_config_leaves_batch_precision_and_clipping_to_the_trials_plan():
+def _plan(stage: int, precision: str, devices: int):
+    from finesweep.spaces import ModelCandidate
+    from finesweep.trainer.trial import TrialPlan, plan_batches
+
+    return TrialPlan(candidate=ModelCandidate(name="m", path="model").model_dump(), task="classification",
+                     label_names=["a", "b"], tokenized_dir="tokenized", output_dir="out", precision=precision,
+                     method="full", learning_rate=1e-3, weight_decay=0.0, warmup_ratio=0.0,
+                     batch=plan_batches(24, max_micro=4, devices=devices), eval_batch=8, max_steps=10,
+                     eval_every_steps=5, seed=0, threads=1, deepspeed_stage=stage)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("devices", [1, 2])
+def test_the_zero_config_carries_the_trials_stage_batch_and_precision(stage, precision, devices):
+    """The config the trial hands the Trainer: the plan's stage, its micro-batch and accumulation and its effective
+    batch (DeepSpeed's train_batch_size = world x micro x accumulation), and exactly its own precision enabled."""
     from finesweep.trainer.trial import deepspeed_config
 
-    config = deepspeed_config(3)
-    assert config["zero_optimization"] == {"stage": 3}
-    for key in ("train_micro_batch_size_per_gpu", "train_batch_size", "gradient_accumulation_steps", "gradient_clipping"):
-        assert config[key] == "auto"  # TrainingArguments fills them from the TrialPlan
-    assert config["bf16"] == {"enabled": "auto"} and config["fp16"] == {"enabled": "auto"}
+    plan = _plan(stage, precision, devices)
+    micro, accumulation = {1: (4, 6), 2: (4, 3)}[devices]  # 24 = 4 x 6 on one device, 2 x 4 x 3 on two
+    assert (plan.batch.micro, plan.batch.accumulation) == (micro, accumulation)
+    config = deepspeed_config(plan)
+    assert config["zero_optimization"]["stage"] == stage
+    assert config["train_micro_batch_size_per_gpu"] == micro
+    assert config["gradient_accumulation_steps"] == accumulation
+    assert config["train_batch_size"] == devices * micro * accumulation == 24
+    assert config["bf16"]["enabled"] is (precision == "bf16") and config["fp16"]["enabled"] is (precision == "fp16")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_zero_config_matches_the_trials_training_arguments(precision):
+    """The Trainer refuses a DeepSpeed number that differs from its TrainingArguments: the two built from one plan
+    agree (TrainingArguments with deepspeed set needs the package, so its other fields are read without it)."""
+    from dataclasses import replace
+
+    from finesweep.trainer.trial import _training_arguments, deepspeed_config
+
+    plan = _plan(2, precision, 1)
+    config, args = deepspeed_config(plan), _training_arguments(replace(plan, deepspeed_stage=0))
+    assert config["train_micro_batch_size_per_gpu"] == args.per_device_train_batch_size
+    assert config["gradient_accumulation_steps"] == args.gradient_accumulation_steps
+    assert config["train_batch_size"] == args.world_size * args.per_device_train_batch_size * args.gradient_accumulation_steps
+    assert (config["bf16"]["enabled"], config["fp16"]["enabled"]) == (args.bf16, args.fp16)
 
 
 def test_a_single_process_trial_gets_a_world_of_one_and_a_launchers_world_is_kept():
@@ -70,5 +106,5 @@ def test_a_zero_2_sweep_trains_and_exports_on_a_gpu(tmp_path):
     state = json.loads((tmp_path / "runs" / "tiny" / "sweep-state.json").read_text())
     client = MlflowClient(state["tracking_uri"])
     trials = client.search_runs([state["experiment_id"]], f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
-    assert trials and all(r.data.params.get("deepspeed_stage") == "2" for r in trials if r.data.params)
+    assert len(trials) == 2 and [r.data.params.get("deepspeed_stage") for r in trials] == ["2", "2"]
     assert (tmp_path / "runs" / "tiny" / "export" / "model" / "model.safetensors").is_file()

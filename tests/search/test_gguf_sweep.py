@@ -14,30 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests import tiny
-from tests.sweeps import finesweep, store
+from tests.sweeps import causal_lm_sweep, finesweep, store
 
-GGUF_SWEEP = f"""
-name: tiny-gguf
-seed: 3
-output_root: runs
-data:
-  path: instructions.csv
-  task: causal_lm
-  splits: {{train: 0.8, validation: 0.1, test: 0.1}}
-models:
-  - {{name: llama, path: model, gguf_file: {tiny.TINY_GGUF_NAME}}}
-space:
-  learning_rate: {{low: 1.0e-3, high: 1.0e-2, log: true}}
-  effective_batch_size: [8]
-  precision: [fp32]
-search:
-  algorithm: random
-  num_trials: 2
-  eval_every_steps: 5
-  max_steps: 10
-resources: {{cpus_per_trial: 1, memory_budget: 4GiB}}
-export: {{quantization: [int8], register_model: false}}
-"""
+GGUF_SWEEP = causal_lm_sweep("tiny-gguf", 3, "instructions.csv", f"{{name: llama, path: model, gguf_file: {tiny.TINY_GGUF_NAME}}}")
 
 
 def _gguf_folder(folder: Path, gguf_file: Path) -> Path:

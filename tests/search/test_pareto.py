@@ -4,7 +4,6 @@ under real Ray Tune, and a real sweep with a second objective through the CLI.""
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -94,11 +93,19 @@ def test_pick_ties_go_to_the_better_value_then_the_earlier_step_then_the_earlier
         pick_point(twins, "max", "cheapest", 0.0)
 
 
-def test_the_pick_is_on_the_front():
-    points = [point(f"t{i}", 0.5 + 0.07 * math.sin(i), 10.0 + 3 * math.cos(2 * i)) for i in range(12)]
-    front = ids(pareto_front(points, "max"))
-    for tolerance in (0.0, 0.01, 0.05, 0.5):
-        assert pick_point(points, "max", "fastest_within", tolerance).trial_id in front
+def test_the_front_over_floats_is_exact_with_ties_and_near_equal_values():
+    """A hand-computed front: comparisons are exact (no tolerance on the front, unlike `within`), so a point a hair
+    better on one objective and equal on the other dominates; bit-identical twins both stay; a point tied on speed
+    but worse in value, or worse on both, is out."""
+    almost = 10.0 + 1e-12  # a hair faster than 10.0
+    points = [point("slow-best", 0.9, 10.0), point("slow-best-a-hair-faster", 0.9, almost),
+              point("fast", 0.1 + 0.2, 50.0), point("fast-a-hair-worse", 0.3, 50.0),  # 0.1 + 0.2 > 0.3 in floats
+              point("twin-1", 0.7, 20.0), point("worse-at-twin-speed", 0.7 - 1e-12, 20.0), point("twin-2", 0.7, 20.0),
+              point("middle", 0.5, 30.0), point("below-middle", 0.45, 25.0)]
+    assert ids(pareto_front(points, "max")) == ["fast", "middle", "twin-1", "twin-2", "slow-best-a-hair-faster"]
+    # In min mode, the same plane mirrored on the metric: the lowest values are best.
+    mirrored = [point(p.trial_id, -p.value, p.throughput) for p in points]
+    assert ids(pareto_front(mirrored, "min")) == ["fast", "middle", "twin-1", "twin-2", "slow-best-a-hair-faster"]
 
 
 # --- trial points from Tune results -------------------------------------------------------------------------

@@ -71,8 +71,10 @@ def test_causal_lm_duplicates_are_prompt_and_response(tmp_path):
     assert prepared.report.dropped == {"duplicate": 1, "empty": 1}
     assert prepared.label_names is None and prepared.report.label_counts is None
     splits = _all_rows(prepared)
-    assert set(splits["train"][0]) == {"prompt", "response"}
-    assert sum(len(v) for v in splits.values()) == 11
+    assert set(splits["train"][0]) == {"messages"}  # each row one conversation (JSON text)
+    kept = [json.loads(row["messages"]) for rows in splits.values() for row in rows]
+    assert len(kept) == 11 and all([m["role"] for m in c] == ["user", "assistant"] for c in kept)
+    assert sorted((c[0]["content"], c[1]["content"]) for c in kept if c[0]["content"] == "p1") == [("p1", "other"), ("p1", "r1")]
 
 
 # ---------------------------------------------------------------- splitting
@@ -95,7 +97,8 @@ def test_fraction_splits_are_stratified(sentiment_csv, tmp_path):
 def test_count_splits_subsample(sentiment_csv, tmp_path):
     prepared = prepare(_config(sentiment_csv, splits={"train": 60, "validation": 15, "test": 30}), 0, tmp_path)
     assert prepared.report.splits == {"train": 60, "validation": 15, "test": 30}
-    assert all(len(c) == 3 for c in prepared.report.label_counts.values())
+    counts = prepared.report.label_counts
+    assert set(counts) == {"train", "validation", "test"} and all(len(c) == 3 for c in counts.values()), counts
 
 
 def test_too_few_rows_says_how_many(sentiment_csv, tmp_path):
@@ -271,7 +274,8 @@ def test_tokenize_causal_lm_masks_the_prompt(instructions_csv, tiny_causal_lm, t
     tokenizer = load_tokenizer(ModelCandidate(name="t", path=str(tiny_causal_lm)))
     prepared = prepare(_config(instructions_csv, task="causal_lm"), 0, tmp_path)
     splits = data.load_tokenized(data.tokenize(prepared, tokenizer, Task.causal_lm, 64, tmp_path))
-    prompts = {r["prompt"]: r["response"] for r in _all_rows(prepared)["train"]}
+    conversations = [json.loads(r["messages"]) for r in _all_rows(prepared)["train"]]
+    prompts = {user["content"]: reply["content"] for user, reply in conversations}
     assert len(splits["train"]) == len(prompts)
     row = splits["train"][0]
     ids, labels = row["input_ids"], row["labels"]

@@ -1,6 +1,7 @@
 """Cleaning rules: each one configurable in DataConfig and each counted, with a few examples, in the report.
 
-Rows are reduced to (text, label) or (prompt, response) pairs as they stream in; duplicate and conflict
+Rows are reduced to (text, label) pairs, or for causal_lm (conversation before the last reply, last reply)
+pairs (the conversation kept as JSON text, see chat.py), as they stream in; duplicate and conflict
 rules keep 16-byte digests rather than the texts, so a million rows cost little beyond the pairs themselves.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from finesweep.spaces.config import DataConfig, Task
+from finesweep.trainer.data import chat
 from finesweep.trainer.data.readers import EXAMPLE_CHARS, DataError, Row, Source
 
 EXAMPLES_KEPT = 3
@@ -31,7 +33,10 @@ def text_key(config: DataConfig, text: str) -> bytes:
 
 
 def _example(pair: Pair) -> str:
-    text = " | ".join(part for part in pair if part) or "(empty)"
+    first = pair[0]
+    if first.startswith("[{"):  # a conversation (causal_lm): shown as turns, not as JSON
+        first = chat.readable(chat.from_cell(first))
+    text = " | ".join(part for part in (first, pair[1]) if part) or "(empty)"
     return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 3] + "..."
 
 
@@ -55,15 +60,27 @@ def columns(config: DataConfig) -> tuple[str, str]:
     return config.prompt_column, config.response_column
 
 
+def reads_conversations(config: DataConfig, row: Row) -> bool:
+    """causal_lm rows are conversations when the file has the messages column and no prompt column."""
+    return config.task == Task.causal_lm and config.messages_column in row and config.prompt_column not in row
+
+
 def check_columns(config: DataConfig, source: Source, row: Row) -> None:
+    if reads_conversations(config, row):
+        return
     present = list(row)
     keys = ("text", "label") if config.task == Task.classification else ("prompt", "response")
-    for key, column in zip(keys, columns(config)):
+    named = dict(zip(keys, columns(config)))
+    if config.task == Task.causal_lm and config.system_column:
+        named["system"] = config.system_column
+    for key, column in named.items():
         if column not in present:
             close = difflib.get_close_matches(column, present, n=1, cutoff=0.4)
             hint = f"did you mean '{close[0]}'? " if close else ""
+            other = (f" (or a '{config.messages_column}' column of conversations, data.messages_column)"
+                     if config.task == Task.causal_lm else "")
             raise DataError(
-                f"{source.name}: no column '{column}' (data.{key}_column); the file has columns {present}. "
+                f"{source.name}: no column '{column}' (data.{key}_column){other}; the file has columns {present}. "
                 f"{hint}Set data.{key}_column in the sweep file to the right name."
             )
 
@@ -103,14 +120,18 @@ def read_pairs(config: DataConfig, source: Source, rows: Iterable[tuple[int, Row
     types = _LabelTypes(source, second) if config.task == Task.classification else None
     allowed = set(config.allowed_labels) if config.allowed_labels else None
     pairs: list[Pair] = []
-    rows_in = 0
+    rows_in, conversations = 0, False
     for position, row in rows:
         if rows_in == 0:
             check_columns(config, source, row)
+            conversations = reads_conversations(config, row)
         rows_in += 1
         if types is not None:
             types.check(position, row.get(second))
-        pair = (_cell(row.get(first)), _cell(row.get(second)))
+        if config.task == Task.causal_lm:
+            pair = _conversation_pair(config, source, position, row, conversations)
+        else:
+            pair = (_cell(row.get(first)), _cell(row.get(second)))
         if not (pair[0] and pair[1]):
             drops.add("empty", pair)
         elif allowed is not None and pair[1] not in allowed:
@@ -118,6 +139,20 @@ def read_pairs(config: DataConfig, source: Source, rows: Iterable[tuple[int, Row
         else:
             pairs.append(pair)
     return pairs, rows_in
+
+
+def _conversation_pair(config: DataConfig, source: Source, position: int, row: Row, conversations: bool) -> Pair:
+    """(the conversation before its last reply as JSON, the last reply); empty parts stay empty for the empty rule."""
+    if conversations:
+        messages = chat.conversation_from_cell(row.get(config.messages_column), f"{source.name}: {source.where(position)}",
+                                               config.messages_column)
+    else:
+        system = _cell(row.get(config.system_column)) if config.system_column else None
+        messages = chat.conversation_from_columns(_cell(row.get(config.prompt_column)),
+                                                  _cell(row.get(config.response_column)), system)
+    context, reply = messages[:-1], messages[-1]["content"]
+    has_question = any(m["content"] for m in context if m["role"] == "user")
+    return (chat.to_cell(context) if has_question else "", reply)
 
 
 def clean(config: DataConfig, pairs: list[Pair], drops: Drops) -> list[Pair]:

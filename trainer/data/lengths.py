@@ -7,22 +7,25 @@ from pathlib import Path
 import numpy as np
 
 from finesweep.spaces import Task
+from finesweep.trainer.data import chat
 
 COVERED_PERCENTILE = 99
 
 
-def token_lengths(prepared_folder: Path, tokenizer, task: Task, sample: int = 5000) -> np.ndarray:
-    """Token length of every row of (a seeded sample of) the training split, with this tokenizer."""
+def token_lengths(prepared_folder: Path, tokenizer, task: Task, sample: int = 5000,
+                  chat_template: str | None = None) -> np.ndarray:
+    """Token length of every row of (a seeded sample of) the training split, with this tokenizer (and for causal_lm
+    the conversation rendered as tokenizing renders it)."""
     from datasets import load_from_disk
 
     train = load_from_disk(str(prepared_folder))["train"]
     if len(train) > sample:
         train = train.shuffle(seed=0).select(range(sample))
     if task == Task.classification:
-        texts = list(train["text"])
-    else:
-        texts = [f"{p}\n{r}" for p, r in zip(train["prompt"], train["response"])]
-    return np.array([len(ids) for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]])
+        return np.array([len(ids) for ids in tokenizer(list(train["text"]), add_special_tokens=True)["input_ids"]])
+    texts = [chat.render(chat.from_cell(cell), tokenizer, chat_template)[0] for cell in train[chat.MESSAGES]]
+    ids = tokenizer(texts, add_special_tokens=chat_template is None)["input_ids"]
+    return np.array([len(row) for row in ids])
 
 
 def percentiles(lengths: np.ndarray) -> dict[str, float]:

@@ -23,7 +23,7 @@ from finesweep.trainer.data.splitting import SPLITS, drop_leaked, label_names, s
 from finesweep.trainer.data.tokenizing import publish, tokenize_summary
 
 # Bump when reading, cleaning or splitting changes, so old cache entries are never reused.
-CACHE_VERSION = "data-v2"
+CACHE_VERSION = "data-v3"  # v3: causal_lm rows are conversations (one messages column)
 REPORT_FILE = "report.json"
 PLOT_FILE = "lengths.png"
 
@@ -63,6 +63,8 @@ def _render_tokens(name: str, entry: dict[str, Any]) -> str:
             f"({'truncated' if entry['too_long_action'] == 'truncate' else 'dropped'})")
     if entry.get("no_response_token"):
         line += f"; {entry['no_response_token']} dropped (no response token left)"
+    if entry.get("chat_template"):
+        line += "; conversations as " + ("plain text" if entry["chat_template"] == "plain" else "its chat template")
     if entry.get("pad_token") == "eos":
         line += "; no pad token of its own: pads with its end-of-sequence token"
     return line
@@ -204,7 +206,7 @@ def token_entry(tokenizer: Any, percentiles: dict[str, float], tokenized_folder:
     return {**percentiles, "max_seq_len": summary["max_seq_len"], "too_long_action": summary["too_long_action"],
             "too_long": sum(s["too_long"] for s in per_split),
             "no_response_token": sum(s["no_response_token"] for s in per_split),
-            "pad_token": "own" if own_pad else "eos"}
+            "pad_token": "own" if own_pad else "eos", "chat_template": summary.get("chat_template")}
 
 
 def finish_report(prepared: PreparedData, tokens: dict[str, dict[str, Any]], lengths: dict[str, Any], max_seq_len: int) -> Path:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from finesweep.spaces.config import DataConfig, Task
+from finesweep.trainer.data.chat import ASSISTANT, MESSAGES, from_cell, to_cell
 from finesweep.trainer.data.cleaning import Drops, Pair, text_key
 from finesweep.trainer.data.readers import DataError
 
@@ -96,7 +97,9 @@ def to_dataset(config: DataConfig, pairs: list[Pair], names: list[str] | None) -
     from datasets import ClassLabel, Dataset, Features, Value
 
     if config.task != Task.classification:
-        return Dataset.from_dict({"prompt": [p[0] for p in pairs], "response": [p[1] for p in pairs]})
+        # One column of whole conversations (JSON text): the chat template is the tokenizer's business, per candidate.
+        return Dataset.from_dict({MESSAGES: [to_cell(from_cell(context) + [{"role": ASSISTANT, "content": reply}])
+                                             for context, reply in pairs]})
     index = {name: i for i, name in enumerate(names or [])}
     features = Features({"text": Value("string"), "label": ClassLabel(names=names)})
     return Dataset.from_dict({"text": [p[0] for p in pairs], "label": [index[p[1]] for p in pairs]}, features=features)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from finesweep.spaces.config import Task
 from finesweep.spaces.files import write_json_atomic
+from finesweep.trainer.data import chat
 from finesweep.trainer.data.readers import DataError
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Bump when tokenizing changes, so old cache entries are never reused.
-TOKENIZE_VERSION = "tokenize-v2"
+TOKENIZE_VERSION = "tokenize-v3"  # v3: conversations, rendered plain or with a chat template
 SUMMARY_FILE = "tokenize_report.json"
 TOO_LONG = "_too_long"
 
@@ -39,13 +40,14 @@ def tokenizer_identity(tokenizer: Any) -> str:
     return "|".join(parts)
 
 
-def _key(prepared_folder: Path, tokenizer: Any, task: Task, max_seq_len: int, too_long: str) -> str:
-    parts = [TOKENIZE_VERSION, prepared_folder.name, tokenizer_identity(tokenizer), Task(task).value, str(max_seq_len), too_long]
+def _key(prepared_folder: Path, tokenizer: Any, task: Task, max_seq_len: int, too_long: str, template: str | None) -> str:
+    parts = [TOKENIZE_VERSION, prepared_folder.name, tokenizer_identity(tokenizer), Task(task).value, str(max_seq_len),
+             too_long, "plain" if template is None else hashlib.sha256(template.encode()).hexdigest()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
-def _lengths(tokenizer: Any, texts: list[str]) -> list[int]:
-    return [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]]
+def _lengths(tokenizer: Any, texts: list[str], add_special_tokens: bool = True) -> list[int]:
+    return [len(ids) for ids in tokenizer(texts, truncation=False, add_special_tokens=add_special_tokens)["input_ids"]]
 
 
 def _classification_fn(tokenizer: Any, max_seq_len: int):
@@ -57,25 +59,36 @@ def _classification_fn(tokenizer: Any, max_seq_len: int):
     return encode
 
 
-def _causal_fn(tokenizer: Any, max_seq_len: int):
+def _causal_fn(tokenizer: Any, max_seq_len: int, template: str | None):
     if tokenizer.eos_token is None:
         raise DataError(
             f"tokenizer {tokenizer.name_or_path}: no end-of-sequence token; causal_lm needs one to end each response. "
             "Use a causal LM tokenizer that defines eos_token (its tokenizer_config.json), or task: classification."
         )
+    # A chat template writes its own special tokens (a BOS among them where the model wants one); plain text gets
+    # the ones the tokenizer adds.
+    special = template is None
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
-        starts = [len(p) + 1 for p in batch["prompt"]]  # the response begins after prompt + "\n"
-        texts = [p + "\n" + r + tokenizer.eos_token for p, r in zip(batch["prompt"], batch["response"])]
-        out = tokenizer(texts, truncation=True, max_length=max_seq_len, return_offsets_mapping=True)
-        labels = []
-        for ids, offsets, start in zip(out["input_ids"], out["offset_mapping"], starts):
-            # Loss only on the response: a token that begins inside the prompt (or a special token at 0) is masked.
-            labels.append([tok if begin >= start else -100 for tok, (begin, _) in zip(ids, offsets)])
+        rendered = [chat.render(chat.from_cell(cell), tokenizer, template) for cell in batch[chat.MESSAGES]]
+        texts = [text for text, _ in rendered]
+        out = tokenizer(texts, truncation=True, max_length=max_seq_len, return_offsets_mapping=True,
+                        add_special_tokens=special)
+        labels = [assistant_labels(ids, offsets, spans)
+                  for ids, offsets, (_, spans) in zip(out["input_ids"], out["offset_mapping"], rendered)]
         return {"input_ids": out["input_ids"], "attention_mask": out["attention_mask"], "labels": labels,
-                TOO_LONG: [n > max_seq_len for n in _lengths(tokenizer, texts)]}
+                TOO_LONG: [n > max_seq_len for n in _lengths(tokenizer, texts, special)]}
 
     return encode
+
+
+def assistant_labels(ids: list[int], offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
+    """Each token's id where it begins inside an assistant turn, -100 elsewhere: the loss is on the replies only.
+    A token the tokenizer added (offsets (0, 0)) belongs to no turn."""
+    def trained(begin: int, end: int) -> bool:
+        return end > begin and any(start <= begin < stop for start, stop in spans)
+
+    return [token if trained(begin, end) else -100 for token, (begin, end) in zip(ids, offsets)]
 
 
 def _keep(part, predicate, fingerprint: str):
@@ -101,11 +114,13 @@ def _max_id(splits: "DatasetDict") -> int:
     return max((max(ids) for part in splits.values() for ids in part["input_ids"] if ids), default=-1)
 
 
-def _build(prepared_folder: Path, tokenizer: Any, task: Task, max_seq_len: int, too_long: str, key: str, work: Path) -> None:
+def _build(prepared_folder: Path, tokenizer: Any, task: Task, max_seq_len: int, too_long: str, key: str, work: Path,
+           template: str | None) -> None:
     from datasets import DatasetDict, load_from_disk
 
     splits = load_from_disk(str(prepared_folder))
-    fn = _classification_fn(tokenizer, max_seq_len) if task == Task.classification else _causal_fn(tokenizer, max_seq_len)
+    fn = (_classification_fn(tokenizer, max_seq_len) if task == Task.classification
+          else _causal_fn(tokenizer, max_seq_len, template))
     out, counts = {}, {}
     for name, part in splits.items():
         out[name], counts[name] = _tokenize_split(part, fn, task, too_long, f"{key}-{name}")
@@ -114,7 +129,8 @@ def _build(prepared_folder: Path, tokenizer: Any, task: Task, max_seq_len: int, 
                         counts[name]["no_response_token"], max_seq_len)
     tokenized = DatasetDict(out)
     tokenized.save_to_disk(str(work))
-    summary = {"max_seq_len": max_seq_len, "too_long_action": too_long, "per_split": counts, "max_token_id": _max_id(tokenized)}
+    summary = {"max_seq_len": max_seq_len, "too_long_action": too_long, "per_split": counts, "max_token_id": _max_id(tokenized),
+               "chat_template": None if task == Task.classification else ("plain" if template is None else "template")}
     write_json_atomic(work / SUMMARY_FILE, summary)
 
 
@@ -144,17 +160,20 @@ def check_vocab(folder: Path, vocab_size: int, model_name: str) -> None:
 
 
 def tokenize(prepared, tokenizer: Any, task: Task, max_seq_len: int, cache_root: Path, *,
-             too_long: str = "truncate", vocab_size: int | None = None, model_name: str | None = None) -> Path:
+             too_long: str = "truncate", vocab_size: int | None = None, model_name: str | None = None,
+             chat_template: str | None = None) -> Path:
     """Tokenized splits (no padding; too-long rows truncated or dropped) in cache_root/tokenized/<hash>; returns that folder.
 
-    With vocab_size (the model config's), a token id beyond the embedding matrix raises a DataError naming model_name.
+    causal_lm conversations are rendered with `chat_template` (a Jinja template, from chat.resolve_template) or as
+    plain text (None). With vocab_size (the model config's), a token id beyond the embedding matrix raises a
+    DataError naming model_name.
     """
-    key = _key(prepared.folder, tokenizer, task, max_seq_len, too_long)
+    key = _key(prepared.folder, tokenizer, task, max_seq_len, too_long, chat_template)
     final = Path(cache_root) / "tokenized" / key
     if not (final / SUMMARY_FILE).is_file():
         work = final.with_name(f"{key}.tmp-{os.getpid()}")
         shutil.rmtree(work, ignore_errors=True)
-        _build(prepared.folder, tokenizer, Task(task), max_seq_len, too_long, key, work)
+        _build(prepared.folder, tokenizer, Task(task), max_seq_len, too_long, key, work, chat_template)
         publish(work, final)
     if vocab_size is not None:
         check_vocab(final, vocab_size, model_name or str(tokenizer.name_or_path))
