@@ -121,8 +121,14 @@ class TrialEventPrinter:
         shown = dict.fromkeys([self.metric, "eval_loss", "eval_accuracy"])
         values = " ".join(f"{k}={_fmt(result[k])}" for k in shown if k in result)
         self._console.out.print(
-            f"  trial {trial.trial_id} {c.get('model')} {c.get('precision')} lr={c.get('learning_rate', 0):.2e} "
-            f"batch={c.get('effective_batch_size')}: step {result.get('step')} {values}")
+            f"  trial {trial.trial_id} {c.get('model')} {c.get('precision')} {_method(c)} "
+            f"lr={c.get('learning_rate', 0):.2e} batch={c.get('effective_batch_size')}: step {result.get('step')} {values}")
+
+
+def _method(config: dict[str, Any]) -> str:
+    """full, or lora/qlora with its rank: what the trial trains."""
+    method = config.get("method") or "full"
+    return method if method == "full" else f"{method} r={config.get('lora_r')}"
 
 
 def leaderboard_table(tracker, experiment_id: str, parent_run_id: str, metric: str, mode: str) -> Table:
@@ -134,11 +140,11 @@ def leaderboard_table(tracker, experiment_id: str, parent_run_id: str, metric: s
         rows.append((run, best))
     sign = -1 if mode == "max" else 1
     rows.sort(key=lambda r: sign * r[1].value if r[1] else math.inf)
-    table = Table("trial", "model", "precision", "lr", "eff. batch", "micro x accum", f"best {metric}", "at step",
+    table = Table("trial", "model", "precision", "method", "lr", "eff. batch", "micro x accum", f"best {metric}", "at step",
                   "end state", title="Trials")
     for run, best in rows:
         p, tags = run.data.params, run.data.tags
-        table.add_row(run.info.run_name, p.get("model", ""), p.get("precision", ""),
+        table.add_row(run.info.run_name, p.get("model", ""), p.get("precision", ""), _method(p),
                       _fmt(float(p["learning_rate"])) if "learning_rate" in p else "",
                       p.get("effective_batch_size", ""), f"{p.get('micro_batch', '')} x {p.get('gradient_accumulation', '')}",
                       _fmt(best.value) if best else "-", str(best.step) if best else "-", tags.get(END_STATE_TAG, run.info.status))

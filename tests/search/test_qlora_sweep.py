@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 from tests import tiny
+from tests.sweeps import finesweep
 
 SWEEP = """
 name: qlora
@@ -25,9 +23,9 @@ export: {quantization: [none], register_model: false}
 
 def test_a_qlora_sweep_trains_adapters_and_exports_them_merged_into_the_full_base(tmp_path):
     folder = tiny.classification_folder(tmp_path, SWEEP, rows=300)
-    done = subprocess.run([sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"], cwd=folder,
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    done = finesweep("run", "sweep.yaml", cwd=folder)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "tiny fp32 qlora r=4 lr=1.00e-02 batch=8: step 5" in done.stdout  # each evaluation says what trains
     sweep_dir = folder / "runs" / "qlora"
     probe = json.loads((sweep_dir / "cache" / "probe.json").read_text())
     assert [r["method"] for r in probe.values()] == ["qlora"] and all(r["gradient_checkpointing"] for r in probe.values())

@@ -62,6 +62,7 @@ def test_a_brief_server_error_while_reading_the_leaderboard_is_retried(tmp_path,
     parent = tracker.start_run(experiment, "sweep", {})
     trial = tracker.start_run(experiment, "trial-a", {TRIAL_TAG: "a"}, parent)
     tracker.log_metric_rows(trial, [(5, {"eval_loss": 0.9}, 0), (10, {"eval_loss": 0.4}, 0)])
+    tracker.log_params(trial, {"model": "m", "method": "lora", "lora_r": 8})
     real, failures = tracker.client.get_metric_history, []
 
     def flaky(run_id, key):
@@ -78,6 +79,7 @@ def test_a_brief_server_error_while_reading_the_leaderboard_is_retried(tmp_path,
     screen = Console(record=True, width=200)
     screen.print(table)
     assert "0.4" in screen.export_text(), "the best evaluation, read despite the failed first read"
+    assert "lora r=8" in screen.export_text(), "the method the trial trained, with its rank"
 
 
 def test_spooled_writes_replay_once_with_real_ids_in_order(tmp_path, monkeypatch):
