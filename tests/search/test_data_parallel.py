@@ -93,6 +93,7 @@ export: {{quantization: [int8]}}
 """
 
 
+@pytest.mark.slow  # about two minutes on 2 cores: two Ray Train workers per trial, gloo all-reduce on CPU
 def test_a_sweep_of_two_worker_trials_logs_ranks_and_exports_like_a_single_process_one(tmp_path):
     """2 workers x 1 CPU fill this 2-core machine: the trials' drivers reserve no CPU. Each trial's run has the
     world size and an exact batch split, every evaluation once; failures are recorded; the best checkpoint (kept by
