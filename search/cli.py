@@ -105,7 +105,7 @@ def data(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
     with user_errors():
         config = _load(sweep_file)
         from finesweep.search.outputs.console import Console
-        from finesweep.search.sweep import dequantize_gguf, prepare_data, sweep_folder
+        from finesweep.search.inputs import dequantize_gguf, prepare_data, sweep_folder
 
         folder, console = sweep_folder(config), Console()
         prepare_data(dequantize_gguf(config, folder, console), folder, console)
@@ -118,14 +118,14 @@ def probe(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
     _quiet_libraries(verbose)
     with user_errors():
         config = _load(sweep_file)
-        from finesweep.search import sweep
+        from finesweep.search import inputs, sweep
         from finesweep.search.outputs.console import Console
 
-        console, folder = Console(), sweep.sweep_folder(config)
-        config = sweep.dequantize_gguf(config, folder, console)
+        console, folder = Console(), inputs.sweep_folder(config)
+        config = inputs.dequantize_gguf(config, folder, console)
         device = sweep.resolve_device()
         precisions = sweep.usable_precisions([p.value for p in config.space.precision], device)
-        prepared = sweep.prepare_data(config, folder, console)
+        prepared = inputs.prepare_data(config, folder, console)
         sweep.measure_memory(config, folder, device, precisions, prepared, console)
 
 
@@ -144,7 +144,7 @@ def schema(markdown: bool = typer.Option(False, "--markdown", help="Print the re
 
 def _sweep_root(sweep: Path) -> Path:
     """The folder of a sweep given as its folder or its sweep file; it must have started once."""
-    from finesweep.search.sweep import sweep_folder
+    from finesweep.search.inputs import sweep_folder
     from finesweep.spaces import SweepFileError
 
     root = sweep.resolve() if sweep.is_dir() else sweep_folder(_load(sweep)).root

@@ -196,7 +196,7 @@ def test_sweep_prepare_data_reports_lengths_and_saves_histogram(sentiment_csv, t
     from rich.console import Console as RichConsole
 
     from finesweep.search.outputs.console import Console
-    from finesweep.search.sweep import SweepFolder, prepare_data
+    from finesweep.search.inputs import SweepFolder, prepare_data
 
     config = SweepConfig(name="t", data=DataConfig(path=str(sentiment_csv)), output_root=str(tmp_path),
                          models=[ModelCandidate(name="tiny", path=str(tiny_classifier))])

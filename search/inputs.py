@@ -1,0 +1,114 @@
+"""What a sweep trains on, made ready before the probe: its folder, its GGUF candidates dequantized into plain model
+folders, and its data prepared and tokenized per candidate (in the chat template each one renders with)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from finesweep.search.outputs.console import Console
+from finesweep.spaces import SweepConfig, Task
+
+
+@dataclass
+class SweepFolder:
+    """Where a sweep keeps everything: <output_root>/<name>/."""
+
+    root: Path
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "cache"
+
+    @property
+    def tune(self) -> Path:
+        return self.root / "tune"
+
+    @property
+    def probe_file(self) -> Path:
+        return self.cache / "probe.json"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "sweep-state.json"
+
+    def export_dir(self, config: SweepConfig) -> Path:
+        return Path(config.export.output_dir) if config.export.output_dir else self.root / "export"
+
+
+def sweep_folder(config: SweepConfig) -> SweepFolder:
+    return SweepFolder(Path(config.output_root).resolve() / config.name)
+
+
+@dataclass
+class PreparedSweep:
+    """Data and tokenized splits for every candidate model."""
+
+    prepared: Any  # trainer.data.PreparedData
+    tokenized: dict[str, str]
+    max_seq_len: int
+    lengths: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def dequantize_gguf(config: SweepConfig, folder: SweepFolder, console: Console) -> SweepConfig:
+    """The config with each GGUF candidate of the space replaced by its dequantized folder in the cache (made once
+    per file content; see trainer/gguf.py), so data, probe, trials and export load a plain model folder. The
+    candidate keeps its GGUF file on record (gguf_origin) for the model card. A config already resolved (resume,
+    re-export: the saved config is this one) comes back unchanged, unless its folder is gone (the cache was
+    cleared): then the folder is made again from the GGUF file."""
+    from finesweep.trainer import gguf
+
+    config = config.model_copy(update={"models": [gguf.from_lost_folder(m) for m in config.models]})
+    gguf.check_gguf(config)
+    models = []
+    for candidate in config.models:
+        if candidate.gguf_file and candidate.name in config.model_names:
+            console.step(f"Dequantizing GGUF candidate {candidate.name} ({candidate.gguf_file}) into the cache "
+                         "(once per file)")
+            candidate = gguf.dequantized_candidate(candidate, folder.cache)
+        models.append(candidate)
+    return config.model_copy(update={"models": models})
+
+
+def prepare_data(config: SweepConfig, folder: SweepFolder, console: Console) -> PreparedSweep:
+    """Load, clean, split; then tokenize once per candidate (cached by content). The length histogram's PNG
+    is at `prepared.length_plot` (next to report.json), for the parent run."""
+    from finesweep.trainer import data, models
+    from finesweep.trainer.data.lengths import covering_length, percentiles, token_lengths
+    from finesweep.trainer.models import model_vocab_size
+
+    prepared = data.prepare(config.data, config.seed, folder.cache)
+    tokenizers = {name: models.load_tokenizer(config.candidate(name), config.trust_remote_code) for name in config.model_names}
+    templates = {name: chat_template(config, name, tok) for name, tok in tokenizers.items()}
+    measured = {name: token_lengths(prepared.folder, tok, config.data.task, chat_template=templates[name])
+                for name, tok in tokenizers.items()}
+    lengths = {name: percentiles(values) for name, values in measured.items()}
+    max_seq_len = config.data.max_seq_len or max(
+        covering_length(lengths[name], _model_limit(tok)) for name, tok in tokenizers.items())
+    tokenized, tokens = {}, {}
+    for name, tok in tokenizers.items():
+        vocab = model_vocab_size(config.candidate(name), config.trust_remote_code)
+        tokenized[name] = str(data.tokenize(prepared, tok, config.data.task, max_seq_len, folder.cache,
+                                            too_long=config.data.too_long, vocab_size=vocab, model_name=name,
+                                            chat_template=templates[name]))
+        tokens[name] = data.token_entry(tok, lengths[name], Path(tokenized[name]))
+    data.finish_report(prepared, tokens, measured, max_seq_len)
+    console.data_report(prepared.report)
+    console.lengths(lengths, max_seq_len)
+    return PreparedSweep(prepared, tokenized, max_seq_len, lengths)
+
+
+def chat_template(config: SweepConfig, model_name: str, tokenizer) -> str | None:
+    """The chat template candidate `model_name`'s conversations are rendered with (None: plain text; see
+    trainer/data/chat.py); classification has none."""
+    from finesweep.trainer.data.chat import resolve_template
+
+    if config.data.task != Task.causal_lm:
+        return None
+    return resolve_template(config.data.chat_template, tokenizer, model_name)
+
+
+def _model_limit(tokenizer) -> int | None:
+    limit = getattr(tokenizer, "model_max_length", None)
+    return limit if isinstance(limit, int) and limit < 1_000_000 else None
