@@ -68,6 +68,7 @@ def test_the_model_card_names_the_gguf_origin(gguf_sweep):
     assert "dequantized" in origin_line, origin_line
 
 
+@pytest.mark.slow  # half a minute: the resume re-dequantizes and re-exports
 def test_resume_after_the_cache_was_cleared_makes_the_folder_again(gguf_sweep):
     folder, sweep_dir = gguf_sweep
     shutil.rmtree(sweep_dir / "cache")

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from finesweep.search.tuning.moved import OLD_MODULE_PATHS, install_old_module_paths
+import pytest
+
 from tests import tiny
 
 SWEEP = """
@@ -65,6 +67,7 @@ def _rewrite_with_old_paths(experiment: Path) -> list[Path]:
     return files
 
 
+@pytest.mark.slow  # about a minute: a real sweep, saved, rewritten to the old paths and resumed (a one-time migration)
 def test_a_sweep_saved_with_the_old_module_paths_resumes(tmp_path):
     folder = tiny.classification_folder(tmp_path, SWEEP, rows=300)
     started = _cli("run", "sweep.yaml", cwd=folder)

@@ -8,12 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests import tiny
 from tests.sweeps import SWEEP, finesweep, free_port, get_json
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # test_tracking_offline starts the same server and logs a sweep to it by default
 def test_a_sweep_logs_to_a_real_mlflow_server(tmp_path):
     port = free_port()
     env = {**os.environ, "MLFLOW_PORT": str(port), "MLFLOW_DATA_DIR": str(tmp_path / "server"), "MLFLOW_WORKERS": "1",
