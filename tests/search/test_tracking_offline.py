@@ -78,8 +78,9 @@ def test_a_brief_server_error_while_reading_the_leaderboard_is_retried(tmp_path,
 
     screen = Console(record=True, width=200)
     screen.print(table)
-    assert "0.4" in screen.export_text(), "the best evaluation, read despite the failed first read"
-    assert "lora r=8" in screen.export_text(), "the method the trial trained, with its rank"
+    shown = screen.export_text()
+    assert "0.4" in shown, "the best evaluation, read despite the failed first read"
+    assert "lora r=8" in shown, "the method the trial trained, with its rank"
 
 
 def test_spooled_writes_replay_once_with_real_ids_in_order(tmp_path, monkeypatch):
