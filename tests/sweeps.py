@@ -69,7 +69,7 @@ export: {{quantization: [{quantization}]}}
 """
 
 
-def causal_lm_sweep(name: str, seed: int, data: str, model: str) -> str:
+def causal_lm_sweep(name: str, seed: int, data: str, model: str, chat_template: str = "auto") -> str:
     """Two short random-search trials of one causal LM (`model`: the models[] entry as YAML flow), int8 export."""
     return f"""
 name: {name}
@@ -78,6 +78,7 @@ output_root: runs
 data:
   path: {data}
   task: causal_lm
+  chat_template: {chat_template}
   splits: {{train: 0.8, validation: 0.1, test: 0.1}}
 models:
   - {model}

@@ -1,6 +1,8 @@
 """A sweep whose candidate is a GGUF file, through the real CLI: dequantized once into the cache, trained (not
 refused as a quantized model), exported, named on the model card; resumable after its cache is cleared; and
-stopped before anything runs when the gguf package is missing."""
+stopped before anything runs when the gguf package is missing. Its data is a messages JSONL rendered with a chat
+template file, so the same sweep shows conversations end to end: the loss on the replies, the exported tokenizer
+carrying the template, and `finesweep predict` prompting with it."""
 
 from __future__ import annotations
 
@@ -16,13 +18,18 @@ import pytest
 from tests import tiny
 from tests.sweeps import causal_lm_sweep, finesweep, store
 
-GGUF_SWEEP = causal_lm_sweep("tiny-gguf", 3, "instructions.csv", f"{{name: llama, path: model, gguf_file: {tiny.TINY_GGUF_NAME}}}")
+GGUF_SWEEP = causal_lm_sweep("tiny-gguf", 3, "chats.jsonl", f"{{name: llama, path: model, gguf_file: {tiny.TINY_GGUF_NAME}}}",
+                             chat_template="turns.jinja")
+# Plain-text markers: the tiny tokenizer has no special tokens for turns, and a template file needs none.
+TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}[assistant] {% endif %}")
 
 
 def _gguf_folder(folder: Path, gguf_file: Path) -> Path:
     (folder / "model").mkdir(parents=True)
     shutil.copy(gguf_file, folder / "model" / gguf_file.name)
-    tiny.write_csv(folder / "instructions.csv", tiny.instruction_rows(200))
+    tiny.write_jsonl(folder / "chats.jsonl", tiny.conversation_rows(160))
+    (folder / "turns.jinja").write_text(TEMPLATE)
     (folder / "sweep.yaml").write_text(GGUF_SWEEP)
     return folder
 
@@ -32,6 +39,7 @@ def gguf_sweep(tiny_llama_gguf, tmp_path_factory):
     folder = _gguf_folder(tmp_path_factory.mktemp("gguf-sweep"), tiny_llama_gguf)
     result = finesweep("run", "sweep.yaml", cwd=folder)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "conversations as its chat template" in result.stdout
     return folder, folder / "runs" / "tiny-gguf"
 
 
@@ -87,6 +95,35 @@ def test_the_data_command_tokenizes_with_the_dequantized_folders_tokenizer(tiny_
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "llama tokens: p50" in result.stdout
     assert len(list((folder / "runs" / "tiny-gguf" / "cache" / "gguf").glob("*/model.safetensors"))) == 1
+
+
+def test_the_replies_alone_are_trained_in_the_templates_format(gguf_sweep):
+    from transformers import AutoTokenizer
+
+    from finesweep.trainer import data
+
+    _, sweep_dir = gguf_sweep
+    tokenizer = AutoTokenizer.from_pretrained(next((sweep_dir / "cache" / "gguf").iterdir()))
+    row = data.load_tokenized(next((sweep_dir / "cache" / "tokenized").iterdir()))["train"][0]
+    text = tokenizer.decode(row["input_ids"])
+    trained = tokenizer.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != -100])
+    assert text.startswith("[system] You name colours.\n[user] name the colour ")
+    # The generation prompt ends in a space, which BPE merges into the reply's first word: that token is trained.
+    replies = [line.split("]", 1)[1] for line in text.splitlines() if line.startswith("[assistant] ")]
+    assert replies and trained == "".join(reply + "\n" for reply in replies)
+
+
+def test_the_export_carries_the_template_and_predict_prompts_with_it(gguf_sweep):
+    from transformers import AutoTokenizer
+
+    from finesweep.trainer.data.chat import own_template
+
+    folder, sweep_dir = gguf_sweep
+    for variant in ("model", "model-int8"):
+        assert own_template(AutoTokenizer.from_pretrained(sweep_dir / "export" / variant)) == TEMPLATE
+    predicted = finesweep("predict", str(sweep_dir / "export" / "model"), "name the colour red number 7", cwd=folder)
+    assert predicted.returncode == 0, predicted.stderr[-2000:]
+    assert "'name the colour red number 7' -> {\"generated\":" in predicted.stdout
 
 
 BLOCK_GGUF = """

@@ -83,10 +83,12 @@ def _causal_fn(tokenizer: Any, max_seq_len: int, template: str | None):
 
 
 def assistant_labels(ids: list[int], offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
-    """Each token's id where it begins inside an assistant turn, -100 elsewhere: the loss is on the replies only.
-    A token the tokenizer added (offsets (0, 0)) belongs to no turn."""
+    """Each token's id where it overlaps an assistant turn, -100 elsewhere: the loss is on the replies only. Overlap,
+    not "begins inside": where a template's generation prompt ends in a space, byte-level BPE merges that space
+    into the reply's first word, and that token must still be learned. A token the tokenizer added (offsets
+    (0, 0)) belongs to no turn."""
     def trained(begin: int, end: int) -> bool:
-        return end > begin and any(start <= begin < stop for start, stop in spans)
+        return end > begin and any(begin < stop and end > start for start, stop in spans)
 
     return [token if trained(begin, end) else -100 for token, (begin, end) in zip(ids, offsets)]
 
