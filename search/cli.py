@@ -118,15 +118,34 @@ def probe(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
     _quiet_libraries(verbose)
     with user_errors():
         config = _load(sweep_file)
-        from finesweep.search import inputs, sweep
+        from finesweep.search import inputs, measure
         from finesweep.search.outputs.console import Console
 
         console, folder = Console(), inputs.sweep_folder(config)
         config = inputs.dequantize_gguf(config, folder, console)
-        device = sweep.resolve_device()
-        precisions = sweep.usable_precisions([p.value for p in config.space.precision], device)
+        device = measure.resolve_device(use_gpu=config.resources.gpus_per_trial != 0)
+        precisions = measure.usable_precisions([p.value for p in config.space.precision], device)
         prepared = inputs.prepare_data(config, folder, console)
-        sweep.measure_memory(config, folder, device, precisions, prepared, console)
+        measure.measure_memory(config, folder, device, precisions, prepared, console)
+
+
+@app.command()
+def plan(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
+         address: Optional[str] = typer.Option(None, help="The Ray cluster `run` will join: the plan then counts on "
+                                                          "max_concurrent_trials at once instead of this machine's cores."),
+         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Prepare the data, probe memory and speed, and print how the search will spend its budget (trial length, trials,
+    predicted end) without training: `run` prints the same plan, then follows it."""
+    _quiet_libraries(verbose)
+    with user_errors():
+        config = _load(sweep_file)
+        from finesweep.search import inputs, measure
+        from finesweep.search.outputs.console import Console
+
+        measured = measure.measure_inputs(config, inputs.sweep_folder(config), Console())
+        if measure.plan_trials(measured, address)[1] is None:
+            typer.secho("no plan: the probe measured no combination that trains", fg=typer.colors.RED, err=True)
+            raise typer.Exit(1)
 
 
 @app.command()

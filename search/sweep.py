@@ -6,32 +6,22 @@ import json
 import logging
 import platform
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from finesweep.search.inputs import PreparedSweep, SweepFolder, dequantize_gguf, prepare_data, sweep_folder
-from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions
+from finesweep.search.inputs import PreparedSweep, SweepFolder, prepare_data, sweep_folder
+from finesweep.search.measure import Measured, measure_inputs, plan_trials
 from finesweep.search.outputs.console import Console
+from finesweep.search.probe.device import Device
 from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEVICE_TAG, GIT_COMMIT_TAG,
                                             GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
-from finesweep.spaces import Method, SweepConfig
+from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic
 
 log = logging.getLogger(__name__)
-
-
-def measure_memory(config: SweepConfig, folder: SweepFolder, device: Device, precisions: list[str],
-          data: PreparedSweep, console: Console) -> dict[str, Any]:
-    from finesweep.search.probe.table import probe_all
-
-    console.step("Probing memory: largest micro-batch per model, precision and method")
-    labels = len(data.prepared.label_names or []) or 2
-    results = probe_all(config, device, precisions, data.max_seq_len, labels, folder.probe_file)
-    console.probe_table(results)
-    return results
 
 
 def start_parent_run(config: SweepConfig, folder: SweepFolder, tracker: Tracker, device: Device) -> tuple[str, str]:
@@ -53,110 +43,32 @@ def _hardware(device: Device) -> dict[str, Any]:
 
 
 @dataclass
-class PhaseClock:
-    """Wall time of the whole command and of each phase of it (data, probe, search, export), for summary.json and
-    the parent run: the sweep's time is what the user waited, not the search's alone."""
-
-    started: float = field(default_factory=time.perf_counter)
-    phases: dict[str, float] = field(default_factory=dict)
-    _mark: float = field(default_factory=time.perf_counter)
-
-    def lap(self, phase: str) -> None:
-        """The time since the last lap (or the start) was spent in `phase`."""
-        now = time.perf_counter()
-        self.phases[phase] = round(self.phases.get(phase, 0.0) + now - self._mark, 1)
-        self._mark = now
-
-    @property
-    def total(self) -> float:
-        return round(time.perf_counter() - self.started, 1)
-
-
-@dataclass
-class Session:
+class Session(Measured):
     """What the search and the export of one sweep share, whether it starts or resumes."""
 
-    config: SweepConfig
-    folder: SweepFolder
-    data: PreparedSweep
-    probes: dict[str, Any]
-    precisions: list[str]
-    tracker: Tracker
-    console: Console
-    device: Device
-    clock: PhaseClock
+    tracker: Tracker | None = None
     experiment_id: str = ""
     parent: str = ""
+    plan: dict[str, Any] | None = None  # what the plan decided and predicted (a new sweep's; a resume keeps its own)
 
 
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console) -> Session:
     """Data and probe (both cached by content, so a resume redoes neither) and the tracking store."""
-    from finesweep.search.outputs.export import check_backends
-    from finesweep.trainer.gguf import check_gguf
-
-    clock = PhaseClock()
-    check_backends(config)
-    check_gguf(config)
-    device = resolve_device()
-    check_deepspeed(config.resources.deepspeed_stage, device)
-    folder.root.mkdir(parents=True, exist_ok=True)
-    precisions = usable_precisions([p.value for p in config.space.precision], device)
-    methods = usable_methods([m.value for m in config.space.method], device)
-    if len(methods) < len(config.space.method):
-        config = config.model_copy(update={"space": config.space.model_copy(update={"method": [Method(m) for m in methods]})})
-    console.header(config, device, folder.root)
-    config = dequantize_gguf(config, folder, console)
-    data = prepare_data(config, folder, console)
-    clock.lap("data")
-    probes = measure_memory(config, folder, device, precisions, data, console)
-    config, precisions = steer_by_speed(config, precisions, probes, console)
-    config = drop_unfit_models(config, probes, console)
-    clock.lap("probe")
-    tracker = Tracker(tracking_uri or config.tracking.uri or default_tracking_uri(folder.root), folder.root / SPOOL_FOLDER)
-    return Session(config, folder, data, probes, precisions, tracker, console, device, clock)
-
-
-def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str, Any],
-                   console: Console) -> tuple[SweepConfig, list[str]]:
-    """Precisions and methods far slower than the alternatives on this machine leave the space (search.min_relative_speed)."""
-    from finesweep.search.probe.steer import slow_values, without
-
-    removals = slow_values(probes, config.search.min_relative_speed)
-    for removal in removals:
-        console.warn(f"{removal.dimension} {removal.value} removed from the space: {removal.reason}")
-    if not removals:
-        return config, precisions
-    config, precisions, warnings = without(config, precisions, removals, probes)
-    for warning in warnings:
-        console.warn(warning)
-    return config, precisions
-
-
-def drop_unfit_models(config: SweepConfig, probes: dict[str, Any], console: Console) -> SweepConfig:
-    """Candidates of which not even a micro-batch of 1 fits in any precision leave the space, with the reason:
-    their trials could only fail. A candidate that fits in some precisions stays; a trial sampled in one that
-    does not is recorded as out of memory."""
-    from finesweep.spaces import SweepFileError
-
-    fits = {name: any(r.micro_batch > 0 for r in probes.values() if r.model == name) for name in config.model_names}
-    for name in (n for n, ok in fits.items() if not ok):
-        console.warn(f"model {name} removed from the space: not even a micro-batch of 1 fits the memory budget")
-    kept = [name for name, ok in fits.items() if ok]
-    if not kept:
-        raise SweepFileError(
-            f"resources.memory_budget: no candidate model fits ({', '.join(fits)}): the memory probe found no "
-            "micro-batch that trains within the budget. Raise resources.memory_budget, use LoRA (space.method), "
-            "a shorter data.max_seq_len, or a smaller model.")
-    if len(kept) == len(fits):
-        return config
-    return config.model_copy(update={"space": config.space.model_copy(update={"model": kept})})
+    inputs = measure_inputs(config, folder, console)
+    tracker = Tracker(tracking_uri or inputs.config.tracking.uri or default_tracking_uri(folder.root),
+                      folder.root / SPOOL_FOLDER)
+    return Session(**vars(inputs), tracker=tracker)
 
 
 def run(config: SweepConfig, *, address: str | None = None, tracking_uri: str | None = None,
         console: Console | None = None) -> dict[str, Any]:
     """Run the whole sweep; returns the summary that is also written to <sweep>/summary.json."""
     session = _open(config, sweep_folder(config), tracking_uri, console or Console())
-    session.experiment_id, session.parent = start_parent_run(config, session.folder, session.tracker, session.device)
+    session.config, session.plan = plan_trials(session, address)
+    session.experiment_id, session.parent = start_parent_run(session.config, session.folder, session.tracker,
+                                                             session.device)
+    if session.plan:
+        session.tracker.log_json(session.parent, session.plan, "plan.json")
     for obj, name in ((session.data.prepared.report.to_dict(), "data_report.json"),
                       ({k: asdict(v) for k, v in session.probes.items()}, "probe.json"),
                       (session.data.lengths, "token_lengths.json")):
@@ -174,6 +86,7 @@ def resume(sweep_dir: Path, *, address: str | None = None, console: Console | No
     config = SweepConfig.model_validate(state["config"])
     session = _open(config, SweepFolder(Path(state["root"])), state["tracking_uri"], console or Console())
     session.experiment_id, session.parent = state["experiment_id"], state["parent_run_id"]
+    session.plan = state.get("plan")  # the saved config is already the planned one: planning again would change it
     session.tracker.reopen(session.parent)
     session.console.step(f"Resuming the search from {state['tune_experiment']}")
     return _search_and_export(session, address, state["tune_experiment"], resume=True)
@@ -191,7 +104,7 @@ def _save_state(session: Session, tune_experiment: str) -> None:
     write_json_atomic(session.folder.state_file, {
         "root": str(session.folder.root), "config": session.config.model_dump(mode="json"),
         "tracking_uri": session.tracker.uri, "experiment_id": session.experiment_id,
-        "parent_run_id": session.parent, "tune_experiment": tune_experiment,
+        "parent_run_id": session.parent, "tune_experiment": tune_experiment, "plan": session.plan,
     }, indent=1)
 
 
@@ -204,7 +117,11 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
         tracker.finish(session.parent, "FAILED")
         raise
     summary["wall_seconds"], summary["phase_seconds"] = session.clock.total, session.clock.phases
-    tracker.log_metrics(session.parent, {"sweep_wall_seconds": summary["wall_seconds"],
+    predicted = {}
+    if session.plan:
+        summary["plan"] = session.plan
+        predicted = {"plan_predicted_wall_seconds": session.plan["predicted_wall_seconds"]}
+    tracker.log_metrics(session.parent, {"sweep_wall_seconds": summary["wall_seconds"], **predicted,
                                          **{f"phase_{phase}_seconds": s for phase, s in session.clock.phases.items()}}, 0)
     tracker.finish(session.parent)
     write_json_atomic(session.folder.root / "summary.json", summary)
@@ -235,6 +152,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
         eval_batches={k: v.eval_batch_size for k, v in session.probes.items()}, tracking_uri=tracker.uri,
         experiment_id=session.experiment_id, parent_run_id=session.parent, spool_dir=str(tracker.spool.folder),
         checkpointing={k: v.gradient_checkpointing for k, v in session.probes.items()},
+        samples_per_evaluation=(session.plan or {}).get("samples_per_evaluation") or None,
     )
     start_ray(address)
     session.console.search_start(config.search.algorithm, config.search.scheduler)

@@ -221,13 +221,14 @@ class SearchConfig(_Section):
     scheduler: Literal["asha", "none"] = Field("asha", description="Early stopping of poor trials.")
     asha: AshaConfig = Field(default_factory=AshaConfig, description="ASHA settings.")
     num_trials: int = Field(8, ge=1, description="Trials to run.")
-    max_concurrent_trials: int = Field(1, ge=1, description="Trials running at once.")
+    max_concurrent_trials: int | None = Field(None, ge=1, description="Trials running at once. Unset: 1 on a CPU; with CUDA, as many as the probe's peak memory lets share the GPUs (see resources.gpus_per_trial), at most the CPU cores over cpus_per_trial.")
     metric: str = Field("eval_loss", description="Evaluation metric the search optimises, e.g. eval_accuracy, eval_f1_macro, eval_loss.")
     mode: Literal["min", "max"] = Field("min", description="Whether the metric is minimised or maximised.")
     eval_every_steps: int = Field(50, ge=1, description="Optimizer steps between evaluations (each one reported to ASHA and MLflow).")
     max_steps: int = Field(200, ge=1, description="Optimizer steps per trial at most.")
     time_budget_minutes: float | None = Field(None, gt=0, description="Wall-clock budget of the trials; when it ends, running trials stop, their evaluations so far count, and the export goes on.")
     step_budget: int | None = Field(None, ge=1, description="Training steps of all trials together; when they are spent, running trials stop, their evaluations so far count, and the export goes on.")
+    fit_to_budget: bool = Field(True, description="With time_budget_minutes or step_budget: shorten max_steps so that a trial of the slowest combination the probe measured trains to its end within the budget, and cap num_trials at the trials that can start in it (the plan `finesweep plan` prints). false: max_steps and num_trials as written; the budget then cuts what runs when it ends.")
     keep_checkpoints: int = Field(2, ge=1, description="Best checkpoints each trial keeps on disk.")
     initial_points: list[dict[str, Any]] = Field(default_factory=list, description="Configurations tried first (e.g. your current recipe), so the search starts from them; unlisted dimensions are sampled.")
     min_relative_speed: float = Field(1 / 3, ge=0, lt=1, description="A precision or method whose measured training samples/s is below this fraction of the fastest combination's, for every candidate model, leaves the space with its reason (bf16 on a CPU without bf16 instructions); an initial point on it moves to the fastest value kept. 0 keeps everything.")
@@ -280,7 +281,7 @@ class ResourcesConfig(_Section):
     """What each trial and the probe may use."""
 
     cpus_per_trial: float = Field(2, gt=0, description="CPU cores reserved for one trial.")
-    gpus_per_trial: float = Field(0, ge=0, description="GPUs for one trial (fractions share a GPU).")
+    gpus_per_trial: float | None = Field(None, ge=0, description="GPUs for one trial (fractions share a GPU; Ray accounts for them). Unset: none without CUDA; with CUDA, a share of one GPU sized by the probe's peak memory (as many trials per GPU as fit with the probe's margin), or whole GPUs round-robin when each trial needs one. 0 trains on the CPU even where CUDA is present.")
     workers_per_trial: int = Field(1, ge=1, description="Data-parallel world size of each trial: above 1, that many Ray Train workers (torch.distributed), each with cpus_per_trial and gpus_per_trial (0 or 1); effective batch = micro x accumulation x workers.")
     deepspeed_stage: Literal[0, 2, 3] = Field(0, description="DeepSpeed ZeRO stage of every trial (2: optimizer state and gradients partitioned over the ranks, 3: parameters too); 0 = off. Needs CUDA and the deepspeed package.")
     memory_budget: str = Field("6GiB", pattern=r"^\s*\d+(\.\d+)?\s*([KMGT]i?B|B)?\s*$", description="CPU: memory the concurrently running trials may use together (e.g. 6GiB); each trial's probe gets an equal share.")
@@ -292,7 +293,7 @@ class ResourcesConfig(_Section):
     def _one_gpu_per_rank(self) -> "ResourcesConfig":
         # A rank trains on one device: NCCL refuses two ranks on one GPU (their process group fails to start), and a
         # second GPU of a rank would sit idle.
-        if self.workers_per_trial > 1 and self.gpus_per_trial not in (0, 1):
+        if self.workers_per_trial > 1 and self.gpus_per_trial not in (None, 0, 1):
             raise ValueError(
                 f"gpus_per_trial must be 0 or 1 when workers_per_trial > 1 (each data-parallel rank trains on one "
                 f"device of its own), but got gpus_per_trial={self.gpus_per_trial:g} with workers_per_trial="

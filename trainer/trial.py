@@ -85,6 +85,7 @@ class TrialPlan:
     lora_dropout: float = 0.05
     deepspeed_stage: int = 0  # ZeRO stage through the Trainer's DeepSpeed integration; 0 = plain torch
     gradient_checkpointing: bool = False  # the probe's plan for this combination (resources.gradient_checkpointing)
+    use_gpu: bool = True  # False: the CPU even where CUDA is present (resources.gpus_per_trial: 0)
 
     def params(self) -> dict[str, Any]:
         """The numbers worth logging once per trial."""
@@ -208,17 +209,18 @@ def _load_model(plan: TrialPlan, candidate: ModelCandidate, task: Task, tokenize
     setup = models.TrainingSetup(method=plan.method, precision=plan.precision, lora_r=plan.lora_r or 8,
                                  lora_alpha=plan.lora_alpha or 16, lora_dropout=plan.lora_dropout,
                                  gradient_checkpointing=plan.gradient_checkpointing)
-    model = models.load_trainable(candidate, task, plan.label_names, setup, plan.trust_remote_code, _device())
+    model = models.load_trainable(candidate, task, plan.label_names, setup, plan.trust_remote_code, _device(plan.use_gpu))
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     return model
 
 
-def _device() -> str:
-    """Where this process trains: its CUDA device when it has one (Ray gives a trial its GPUs), else the CPU."""
+def _device(use_gpu: bool) -> str:
+    """Where this process trains: its CUDA device when it has one (Ray gives a trial its GPUs) and may use it, else
+    the CPU."""
     import torch
 
-    return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+    return f"cuda:{torch.cuda.current_device()}" if use_gpu and torch.cuda.is_available() else "cpu"
 
 
 def _training_arguments(plan: TrialPlan):
@@ -227,7 +229,7 @@ def _training_arguments(plan: TrialPlan):
 
     from finesweep.trainer.models import CHECKPOINTING_KWARGS
 
-    on_cuda = torch.cuda.is_available()
+    on_cuda = plan.use_gpu and torch.cuda.is_available()
     return TrainingArguments(
         output_dir=plan.output_dir,
         max_steps=plan.max_steps,

@@ -135,6 +135,9 @@ def _usage_section(metrics: dict[str, dict[str, float]], task: Task) -> str:
         "",
         *[f'model = {auto}.from_pretrained("{variant_folder(v)}")  # {v}' for v in metrics],
         f'tokenizer = AutoTokenizer.from_pretrained("{variant_folder(FULL)}")',
+        "# inputs where the model is: bitsandbytes places a quantized model on the GPU when there is one",
+        'inputs = tokenizer(["an example"], return_tensors="pt").to(model.device)',
+        "outputs = model(**inputs)",
         "```",
         "",
     ]

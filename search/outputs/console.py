@@ -52,6 +52,30 @@ class Console:
                           _other_plan(r.alternative), f"{r.probe_steps} ({len(r.attempts)})", f"{r.seconds:.1f}")
         self.out.print(table)
 
+    def plan(self, plan, elapsed: float) -> None:
+        """The search planned from the probe's speeds: per combination its costs, then the decisions and the
+        predicted end (`elapsed`: the command's seconds so far)."""
+        import time
+
+        length = (f"{plan.evaluations} evaluations of {plan.period_seconds:.0f} s per trial" if plan.period_seconds
+                  else f"{plan.max_steps} steps per trial, an evaluation every {plan.eval_every_steps}")
+        table = Table("model | precision | method", "samples/s", "s / step", "s / evaluation", "steps / trial",
+                      "s / trial", title=f"Plan: {length}, {plan.num_trials} trials, {plan.concurrency} at once; "
+                                         f"budget: {plan.budget} (steps at the mean effective batch)")
+        for times in plan.combinations:
+            table.add_row(times.key.replace("|", " | "), f"{times.samples_per_second:.1f}",
+                          f"{times.seconds_per_step:.2f}", f"{times.seconds_per_evaluation:.1f}",
+                          str(plan.trial_steps(times)), f"{plan.trial_seconds(times):.0f}")
+        self.out.print(table)
+        for note in plan.notes:
+            self.out.print(f"  plan: {note}")
+        run = plan.simulated
+        end = time.strftime("%H:%M:%S", time.localtime(time.time() + plan.predicted_seconds))
+        self.out.print(f"  predicted: {run.started} trials start ({run.completed} to full length, {run.stopped_early} "
+                       f"stopped by ASHA, {run.cut_by_budget} by the budget); search {plan.search_seconds:.0f} s, "
+                       f"export {plan.export_seconds:.0f} s; ends about {end} "
+                       f"({elapsed + plan.predicted_seconds:.0f} s after the start)")
+
     def search_start(self, algorithm: str, scheduler: str) -> None:
         stopping = ", stopped early by ASHA" if scheduler == "asha" else ""
         self.step(f"Searching: Ray Tune trials sampled by Optuna ({algorithm}){stopping}")

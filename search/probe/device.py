@@ -32,11 +32,11 @@ class Device:
         return True, ""
 
 
-def resolve_device() -> Device:
-    """CUDA when torch sees a GPU, else the CPU."""
+def resolve_device(use_gpu: bool = True) -> Device:
+    """CUDA when torch sees a GPU (and `use_gpu`: resources.gpus_per_trial is not 0), else the CPU."""
     import torch
 
-    if torch.cuda.is_available():
+    if use_gpu and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         return Device("cuda", props.name, props.total_memory, torch.cuda.device_count(),
                       bf16=torch.cuda.is_bf16_supported(), fp16=True)
@@ -91,7 +91,7 @@ def check_deepspeed(stage: int, device: Device) -> None:
 
     if not stage:
         return
-    missing = [need for need, ok in (("a CUDA device", device.kind == "cuda"),
+    missing = [need for need, ok in (("a CUDA device (and resources.gpus_per_trial not 0)", device.kind == "cuda"),
                                      ("the deepspeed package (pip install deepspeed)",
                                       importlib.util.find_spec("deepspeed") is not None)) if not ok]
     if missing:

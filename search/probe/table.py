@@ -85,9 +85,11 @@ def memory_budget(config: SweepConfig, device: Device) -> int:
     """Bytes one trial may use: trials that run at once share the device, the GPU's memory (by their GPU
     fraction) or the CPU budget (equally, among max_concurrent_trials)."""
     if device.kind == "cuda":
+        # Unset gpus_per_trial: the probe measures on the whole GPU; how many trials share it follows from what it
+        # measured (search/probe/sharing.py).
         trials_per_gpu = max(1, round(1 / config.resources.gpus_per_trial)) if config.resources.gpus_per_trial else 1
         return device.total_memory // trials_per_gpu
-    return parse_bytes(config.resources.memory_budget) // config.search.max_concurrent_trials
+    return parse_bytes(config.resources.memory_budget) // (config.search.max_concurrent_trials or 1)
 
 
 def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_len: int,

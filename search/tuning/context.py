@@ -30,6 +30,20 @@ class TrialContext:
     # the disk; on a multi-node cluster each node keeps its own spool under this path and sync runs where it is.
     spool_dir: str = ""
     checkpointing: dict[str, bool] = field(default_factory=dict)  # combination_key -> the probe's plan recomputes
+    # combination_key -> samples between evaluations, when the plan allots the trials time rather than steps
+    # (search/probe/plan.py); None (also in a context pickled before it existed): the file's steps.
+    samples_per_evaluation: dict[str, int] | None = None
+
+
+def trial_length(config: SweepConfig, context: TrialContext, key: str, effective_batch: int) -> tuple[int, int]:
+    """(max_steps, eval_every_steps) of a trial: the file's, or, when the plan allots time, the combination's samples
+    per evaluation in steps of this trial's batch (a larger batch takes fewer, larger steps in the same time)."""
+    search = config.search
+    samples = (context.samples_per_evaluation or {}).get(key)
+    if not samples:
+        return search.max_steps, search.eval_every_steps
+    every = max(1, round(samples / effective_batch))
+    return (search.max_steps // search.eval_every_steps) * every, every
 
 
 def local_batches(params: dict[str, Any], context: TrialContext) -> tuple[int, int]:
@@ -46,8 +60,9 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
     world size as `devices` and the (micro, eval) batches all ranks agreed on; otherwise this device's are used."""
     config = SweepConfig.model_validate(context.sweep)
     max_micro, eval_batch = batches or local_batches(params, context)
+    key = combination_key(params["model"], params["precision"], params["method"])
+    max_steps, eval_every = trial_length(config, context, key, int(params["effective_batch_size"]))
     if max_micro < 1:
-        key = combination_key(params["model"], params["precision"], params["method"])
         raise MemoryError(f"{key}: the memory probe found no micro-batch that fits the budget")
     return TrialPlan(
         candidate=config.candidate(params["model"]).model_dump(),
@@ -62,8 +77,8 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
         warmup_ratio=float(params["warmup_ratio"]),
         batch=plan_batches(int(params["effective_batch_size"]), max_micro, devices),
         eval_batch=eval_batch,
-        max_steps=config.search.max_steps,
-        eval_every_steps=config.search.eval_every_steps,
+        max_steps=max_steps,
+        eval_every_steps=eval_every,
         seed=config.seed,
         threads=int(config.resources.cpus_per_trial),
         trust_remote_code=config.trust_remote_code,
@@ -72,6 +87,6 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
         lora_alpha=params.get("lora_alpha"),
         lora_dropout=config.space.lora_dropout,
         deepspeed_stage=config.resources.deepspeed_stage,
-        gradient_checkpointing=context.checkpointing.get(combination_key(params["model"], params["precision"],
-                                                                         params["method"]), False),
+        gradient_checkpointing=context.checkpointing.get(key, False),
+        use_gpu=config.resources.gpus_per_trial != 0,  # None (unset) on a CPU machine: no CUDA to use anyway
     )

@@ -48,7 +48,7 @@ TRAIN_RUN_PREFIX = "train-"  # Ray Train's run folder inside the Tune trial's fo
 
 def worker_resources(resources: ResourcesConfig) -> dict[str, float]:
     """One Ray Train worker's share: what a single-process trial gets."""
-    wanted = {"CPU": resources.cpus_per_trial, "GPU": resources.gpus_per_trial}
+    wanted = {"CPU": resources.cpus_per_trial, "GPU": resources.gpus_per_trial or 0}
     return {name: amount for name, amount in wanted.items() if amount > 0}
 
 
@@ -125,7 +125,7 @@ def _trainer(config: SweepConfig, params: dict[str, Any], context: TrialContext,
     return TorchTrainer(
         run_rank,
         train_loop_config={"params": params, "context": context, "run_id": run_id, "trial_id": trial.get_trial_id()},
-        scaling_config=ScalingConfig(num_workers=resources.workers_per_trial, use_gpu=resources.gpus_per_trial > 0,
+        scaling_config=ScalingConfig(num_workers=resources.workers_per_trial, use_gpu=(resources.gpus_per_trial or 0) > 0,
                                      resources_per_worker=worker_resources(resources)),
         run_config=RunConfig(
             # The same storage and name when Tune restarts the trial: Ray Train then resumes from its checkpoint.

@@ -15,7 +15,7 @@ from typing import Any
 # data-parallel trial needs one to learn its Ray Train controller's handle (to abort it when Tune stops the trial).
 from ray.train.v2._internal.execution.callback import ControllerCallback
 
-__all__ = ["ControllerCallback", "SavedTrial", "add_actor_mixin", "default_temp_dir", "local_node_on_loopback",
+__all__ = ["ControllerCallback", "SavedTrial", "add_actor_mixin", "asha_milestones_of", "default_temp_dir", "local_node_on_loopback",
            "optuna_study_of", "saved_trials", "train_session_dir", "tune_report_queue"]
 
 EXPERIMENT_STATE_GLOB = "experiment_state-*.json"  # Tune's experiment state files; it restores the newest by name
@@ -24,6 +24,11 @@ EXPERIMENT_STATE_GLOB = "experiment_state-*.json"  # Tune's experiment state fil
 def local_node_on_loopback() -> dict[str, Any]:
     """ray.init keywords that bind a local Ray's node to 127.0.0.1 (a private keyword of ray.init)."""
     return {"_node_ip_address": "127.0.0.1"}
+
+
+def asha_milestones_of(scheduler: Any) -> list[int]:
+    """The iterations at which an ASHAScheduler judges trials, lowest first (its single bracket's rungs: private)."""
+    return sorted(int(milestone) for milestone, _ in scheduler._brackets[0]._rungs)
 
 
 def train_session_dir() -> Path:

@@ -39,7 +39,8 @@ def make_trainable(config: SweepConfig, context: TrialContext):
     from ray import tune
 
     trainable = tune.with_parameters(run_trial, context=context)
-    resources = {"cpu": config.resources.cpus_per_trial, "gpu": config.resources.gpus_per_trial}
+    # Both are resolved by the sweep before the search (search/probe/sharing.py); unset means none here.
+    resources = {"cpu": config.resources.cpus_per_trial, "gpu": config.resources.gpus_per_trial or 0}
     if config.resources.workers_per_trial > 1:
         from finesweep.search.tuning.distributed import DRIVER_RESOURCES, data_parallel_trainable
 
@@ -80,7 +81,7 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         # Both judge a trial by its best evaluation so far (BEST_SO_FAR): the export picks over all evaluations.
         metric=BEST_SO_FAR, mode=config.search.mode,
         search_alg=make_searcher(config, setup.precisions), scheduler=make_scheduler(config),
-        num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials,
+        num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials or 1,
         time_budget_s=config.search.time_budget_minutes * 60 if config.search.time_budget_minutes else None,
         # A reused worker has transformers imported already: about 9 s saved per trial on a CPU machine. A data-parallel
         # trial's driver cannot be reused: Tune stops it (ASHA) while it still waits on its Ray Train run.

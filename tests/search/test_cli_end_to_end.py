@@ -130,7 +130,8 @@ def test_export_reloads_with_plain_transformers_and_predicts(finished_sweep):
         tokenizer = AutoTokenizer.from_pretrained(export / variant)
         assert set(model.config.id2label.values()) == {"negative", "neutral", "positive"}
         with torch.no_grad():
-            logits = model(**tokenizer(["i love this great movie"], return_tensors="pt")).logits
+            # model.device: on a GPU machine bitsandbytes puts the int8 model on CUDA, as the card's snippet says
+            logits = model(**tokenizer(["i love this great movie"], return_tensors="pt").to(model.device)).logits
         assert logits.shape == (1, 3)
 
 
@@ -267,7 +268,7 @@ def test_causal_lm_instruction_tuning_end_to_end(tmp_path):
 def test_time_budget_stops_running_trials_and_the_export_still_happens(tmp_path):
     """The budget (30 s) must outlast a trial worker's start and first evaluation on a busy 2-core machine."""
     tiny.classification_folder(tmp_path)
-    sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 2\n  time_budget_minutes: 0.5")
+    sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 2\n  time_budget_minutes: 0.5\n  fit_to_budget: false")
              .replace(f"max_steps: {5 * EVALS_PER_TRIAL}", "max_steps: 100000"))
     (tmp_path / "sweep.yaml").write_text(sweep)
     started = time.monotonic()
@@ -282,3 +283,17 @@ def test_time_budget_stops_running_trials_and_the_export_still_happens(tmp_path)
     assert (sweep_dir / "export" / "model" / "model.safetensors").is_file()
     working = _trial_working_dirs(sweep_dir)  # a trial stopped by the budget ends with no clean-up of its own
     assert working and not [str(p) for folder in working for p in folder.glob("finesweep-*")]
+
+
+def test_the_run_prints_its_plan_and_keeps_it_in_the_summary_and_on_the_parent_run(finished_sweep):
+    _, sweep_dir, result = finished_sweep
+    assert "Plan:" in result.stdout and "predicted:" in result.stdout, result.stdout[-3000:]
+    plan = json.loads((sweep_dir / "summary.json").read_text())["plan"]
+    # No budget: the trials keep the file's length and number; the plan only predicts.
+    assert (plan["max_steps"], plan["num_trials"]) == (5 * EVALS_PER_TRIAL, NUM_TRIALS)
+    assert plan["combinations"] and all(c["seconds_per_step"] > 0 for c in plan["combinations"].values())
+    assert all(key.split("|")[0] in {"tiny-a", "tiny-b"} for key in plan["combinations"])
+    client, state = store(sweep_dir)
+    parent = client.get_run(state["parent_run_id"])
+    assert parent.data.metrics["plan_predicted_wall_seconds"] == plan["predicted_wall_seconds"] > 0
+    assert "plan.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}

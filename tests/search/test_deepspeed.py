@@ -6,7 +6,6 @@ deepspeed is missing. The real run needs a GPU and deepspeed: marked `gpu` (run 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -78,14 +77,11 @@ def test_a_single_process_trial_gets_a_world_of_one_and_a_launchers_world_is_kep
     assert kept == {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29500"}
 
 
-def test_zero_without_cuda_or_deepspeed_stops_before_anything_runs(tmp_path):
-    import torch
-
-    if torch.cuda.is_available() and importlib.util.find_spec("deepspeed") is not None:
-        pytest.fail("this test is for machines without CUDA or deepspeed; the gpu test below covers the real run")
+def test_zero_on_the_cpu_stops_before_anything_runs(tmp_path):
+    """gpus_per_trial: 0 trains on the CPU even where CUDA is present, so ZeRO is refused on any machine."""
     tiny.touch_sweep_inputs(tmp_path)  # the paths exist: the check under test is what stops the sweep
     (tmp_path / "sweep.yaml").write_text(SWEEP.replace("resources: {cpus_per_trial: 1,",
-                                                       "resources: {deepspeed_stage: 2, cpus_per_trial: 1,"))
+                                                       "resources: {deepspeed_stage: 2, gpus_per_trial: 0, cpus_per_trial: 1,"))
     done = finesweep("run", "sweep.yaml", cwd=tmp_path, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "resources.deepspeed_stage: ZeRO stage 2 needs" in done.stderr and "deepspeed_stage: 0" in done.stderr

@@ -221,7 +221,7 @@ def test_cuda_probe_catches_real_out_of_memory_and_finds_the_budget_limit(tiny_c
     assert device.kind == "cuda"
     worker = ProbeWorker(device, threads=1)
     base = ProbeRequest(candidate=ModelCandidate(name="t", path=str(tiny_classifier)).model_dump(),
-                        task="classification", num_labels=3, precision="fp32", method="full", seq_len=512, batch=1)
+                        task="classification", num_labels=3, precision="fp32", method="full", seq_len=128, batch=1)  # its positions
     try:
         small = worker.attempt(base)
         huge = worker.attempt(ProbeRequest(**{**asdict(base), "batch": 1 << 20}))  # far beyond any GPU's memory

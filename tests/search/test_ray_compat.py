@@ -92,3 +92,10 @@ def test_an_actor_mixin_reaches_the_function_trainables_class():
 def test_ray_trains_controller_callback_has_the_start_hook():
     hook = getattr(ray_compat.ControllerCallback, "after_controller_start", None)
     assert callable(hook), f"ControllerCallback.after_controller_start is gone {CHECKED}"
+
+
+def test_asha_milestones_are_readable_from_the_scheduler():
+    from ray.tune.schedulers import ASHAScheduler
+
+    scheduler = ASHAScheduler(time_attr="training_iteration", max_t=9, grace_period=1, reduction_factor=3)
+    assert ray_compat.asha_milestones_of(scheduler) == [1, 3, 9], CHECKED

@@ -1,0 +1,168 @@
+"""A sweep's inputs measured and turned into the search's settings, between the data and the first trial: the memory
+probe, the space steered by the probe's speeds, the models that fit nowhere dropped, the devices shared, and the
+trials planned against the budget. `finesweep run` and `finesweep plan` both go through here."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from finesweep.search.inputs import PreparedSweep, SweepFolder, dequantize_gguf, prepare_data
+from finesweep.search.outputs.console import Console
+from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions
+from finesweep.spaces import Method, SweepConfig
+
+
+def measure_memory(config: SweepConfig, folder: SweepFolder, device: Device, precisions: list[str],
+                   data: PreparedSweep, console: Console) -> dict[str, Any]:
+    """The memory probe over the space's models, precisions and methods (cached by content), printed."""
+    from finesweep.search.probe.table import probe_all
+
+    console.step("Probing memory: largest micro-batch per model, precision and method")
+    labels = len(data.prepared.label_names or []) or 2
+    results = probe_all(config, device, precisions, data.max_seq_len, labels, folder.probe_file)
+    console.probe_table(results)
+    return results
+
+
+@dataclass
+class PhaseClock:
+    """Wall time of the whole command and of each phase of it (data, probe, search, export), for summary.json and
+    the parent run: the sweep's time is what the user waited, not the search's alone."""
+
+    started: float = field(default_factory=time.perf_counter)
+    phases: dict[str, float] = field(default_factory=dict)
+    _mark: float = field(default_factory=time.perf_counter)
+
+    def lap(self, phase: str) -> None:
+        """The time since the last lap (or the start) was spent in `phase`."""
+        now = time.perf_counter()
+        self.phases[phase] = round(self.phases.get(phase, 0.0) + now - self._mark, 1)
+        self._mark = now
+
+    @property
+    def total(self) -> float:
+        return round(time.perf_counter() - self.started, 1)
+
+
+@dataclass
+class Measured:
+    """A sweep's inputs ready and measured: the data prepared, the probe's answers, the space they leave."""
+
+    config: SweepConfig
+    folder: SweepFolder
+    data: PreparedSweep
+    probes: dict[str, Any]
+    precisions: list[str]
+    console: Console
+    device: Device
+    clock: PhaseClock
+
+
+def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console) -> Measured:
+    """The checks that need no data, the data prepared and the probe run (both cached by content), the space
+    steered by the probe's speeds."""
+    from finesweep.search.outputs.export import check_backends
+    from finesweep.trainer.gguf import check_gguf
+
+    clock = PhaseClock()
+    check_backends(config)
+    check_gguf(config)
+    device = resolve_device(use_gpu=config.resources.gpus_per_trial != 0)
+    check_deepspeed(config.resources.deepspeed_stage, device)
+    folder.root.mkdir(parents=True, exist_ok=True)
+    precisions = usable_precisions([p.value for p in config.space.precision], device)
+    methods = usable_methods([m.value for m in config.space.method], device)
+    if len(methods) < len(config.space.method):
+        config = config.model_copy(update={"space": config.space.model_copy(update={"method": [Method(m) for m in methods]})})
+    console.header(config, device, folder.root)
+    config = dequantize_gguf(config, folder, console)
+    data = prepare_data(config, folder, console)
+    clock.lap("data")
+    probes = measure_memory(config, folder, device, precisions, data, console)
+    config, precisions = steer_by_speed(config, precisions, probes, console)
+    config = drop_unfit_models(config, probes, console)
+    config = share_devices(config, device, probes, console)
+    clock.lap("probe")
+    return Measured(config, folder, data, probes, precisions, console, device, clock)
+
+
+def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str, Any],
+                   console: Console) -> tuple[SweepConfig, list[str]]:
+    """Precisions and methods far slower than the alternatives on this machine leave the space (search.min_relative_speed)."""
+    from finesweep.search.probe.steer import slow_values, without
+
+    removals = slow_values(probes, config.search.min_relative_speed)
+    for removal in removals:
+        console.warn(f"{removal.dimension} {removal.value} removed from the space: {removal.reason}")
+    if not removals:
+        return config, precisions
+    config, precisions, warnings = without(config, precisions, removals, probes)
+    for warning in warnings:
+        console.warn(warning)
+    return config, precisions
+
+
+def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dict[str, Any] | None]:
+    """The trials' length and number planned from the probe's speeds and the budget (search/probe/plan.py),
+    printed with the predicted end; the config they change, and the plan for the record (None: nothing measured)."""
+    from finesweep.search.probe.plan import apply, plan_search
+
+    config, elapsed = inputs.config, inputs.clock.total
+    kept = {key: result for key, result in inputs.probes.items() if result.model in config.model_names
+            and result.precision in inputs.precisions and result.method in {m.value for m in config.space.method}}
+    splits = inputs.data.prepared.report.splits
+    plan = plan_search(config, kept, validation_rows=splits.get("validation", 0), test_rows=splits.get("test", 0),
+                       seq_len=inputs.data.max_seq_len, concurrency=trial_slots(config, inputs.device, address))
+    if plan is None:
+        return config, None
+    inputs.console.plan(plan, elapsed)
+    return apply(config, plan), {**plan.to_dict(), "predicted_wall_seconds": round(elapsed + plan.predicted_seconds, 1)}
+
+
+def trial_slots(config: SweepConfig, device: Device, address: str | None) -> int:
+    """Trials that can run at once: max_concurrent_trials, capped on a local Ray by this machine's CPUs (and GPUs)
+    per trial's request; a cluster's size is Ray's to know, so there the sweep file's number."""
+    import os
+
+    resources = config.resources
+    wanted = min(config.search.max_concurrent_trials or 1, config.search.num_trials)
+    if address is not None:
+        return wanted
+    workers = resources.workers_per_trial
+    slots = int((os.cpu_count() or 1) // (resources.cpus_per_trial * workers)) or 1
+    if resources.gpus_per_trial and device.kind == "cuda":
+        slots = min(slots, int(device.count // (resources.gpus_per_trial * workers)) or 1)
+    return max(1, min(wanted, slots))
+
+
+def share_devices(config: SweepConfig, device: Device, probes: dict[str, Any], console: Console) -> SweepConfig:
+    """GPUs per trial and trials at once, where the sweep file leaves them open (search/probe/sharing.py)."""
+    from finesweep.search.probe import sharing
+
+    kept = {key: result for key, result in probes.items() if result.model in config.model_names}
+    config, notes = sharing.share_devices(config, device, kept)
+    for note in notes:
+        console.step(note)
+    return config
+
+
+def drop_unfit_models(config: SweepConfig, probes: dict[str, Any], console: Console) -> SweepConfig:
+    """Candidates of which not even a micro-batch of 1 fits in any precision leave the space, with the reason:
+    their trials could only fail. A candidate that fits in some precisions stays; a trial sampled in one that
+    does not is recorded as out of memory."""
+    from finesweep.spaces import SweepFileError
+
+    fits = {name: any(r.micro_batch > 0 for r in probes.values() if r.model == name) for name in config.model_names}
+    for name in (n for n, ok in fits.items() if not ok):
+        console.warn(f"model {name} removed from the space: not even a micro-batch of 1 fits the memory budget")
+    kept = [name for name, ok in fits.items() if ok]
+    if not kept:
+        raise SweepFileError(
+            f"resources.memory_budget: no candidate model fits ({', '.join(fits)}): the memory probe found no "
+            "micro-batch that trains within the budget. Raise resources.memory_budget, use LoRA (space.method), "
+            "a shorter data.max_seq_len, or a smaller model.")
+    if len(kept) == len(fits):
+        return config
+    return config.model_copy(update={"space": config.space.model_copy(update={"model": kept})})

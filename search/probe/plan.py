@@ -1,0 +1,353 @@
+"""The search planned from the probe's measurements, before any trial trains.
+
+From each combination's measured samples/s (training at its micro-batch, and forward-only for evaluation) the plan
+knows what an evaluation period costs: `eval_every_steps` optimizer steps at the space's mean effective batch plus
+one pass over the validation split. With a time budget that cannot pay for every combination's `max_steps`, the
+trials are allotted time, not steps (Hyperband's allocation in seconds): every evaluation period lasts what the
+fastest combination's does, a slower combination trains fewer samples in it, and a trial has as many periods as
+fit in the budget after its start, so whichever trial starts first trains to its full length and its learning-rate
+schedule ends inside the budget (a trial the budget cuts ends at its peak rate, undertrained), and ASHA compares
+trials at equal seconds. A step budget shortens the trials to what it pays for. Then the plan simulates the search
+(ASHA's rungs and cut-off exactly as Ray applies them, trials of random quality, `max_concurrent_trials` at once,
+the budget) to count the trials that can start in it, which become num_trials (never raised), so TPE's random
+start-up is sized for the trials that will really run. The simulation also predicts the search's seconds; with
+the export's estimate, the end time printed before the search.
+
+Pure: no Ray, no MLflow, no model loaded.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from finesweep.search.probe.table import ProbeResult
+from finesweep.spaces import SweepConfig
+
+# Fixed costs the probe does not measure; taken from this project's CPU runs (benchmarks/README.md compares the
+# plan's predicted end with the real one). A trial starts: a Ray worker, transformers' import (a reused worker
+# skips it), the model and the tokenized splits loaded.
+TRIAL_START_SECONDS = 10.0
+RAY_START_SECONDS = 8.0  # a local Ray's start and Tune's set-up before the first trial
+EXPORT_FIXED_SECONDS = 15.0  # per exported variant: load, save, model card
+# Test-split inference of a quantized variant against full precision: bitsandbytes' kernels are slower (measured
+# 1.8x for int8 on CPU, 4.2x int8 and 1.9x nf4 on an H100); torchao's int8 about as fast as full precision on CPU.
+VARIANT_SLOWDOWN = {"none": 1.0, "int8": 2.0, "nf4": 2.0, "torchao-int8": 1.0}
+# One generated token (batch 1, cached keys and values) against one token of a batched forward pass: a decode step
+# is latency-bound, so it costs many tokens' worth of a batched forward.
+DECODE_TOKEN_COST = 16.0
+FORWARD_SPEEDUP = 3.0  # evaluation speed when the probe could not measure it: a forward pass, no backward
+SIMULATIONS = 31  # seeded runs of the search; the plan reports their median
+
+
+@dataclass(frozen=True)
+class CombinationTimes:
+    """What one model, precision and method costs per step and per evaluation, as the probe measured it."""
+
+    key: str
+    samples_per_second: float  # training, at the micro-batch the trials use
+    eval_samples_per_second: float
+    seconds_per_step: float  # one optimizer step at the space's mean effective batch
+    seconds_per_evaluation: float  # one pass over the validation split
+
+    def period_seconds(self, eval_every_steps: int) -> float:
+        """One evaluation period: the steps between two evaluations and the evaluation."""
+        return eval_every_steps * self.seconds_per_step + self.seconds_per_evaluation
+
+
+@dataclass
+class Simulated:
+    """One simulated search."""
+
+    seconds: float
+    started: int
+    completed: int  # trained to max_steps
+    stopped_early: int  # by ASHA
+    cut_by_budget: int
+
+
+@dataclass
+class SearchPlan:
+    """What the plan decided, why, and what it predicts."""
+
+    combinations: list[CombinationTimes]
+    eval_every_steps: int
+    max_steps: int
+    requested_max_steps: int
+    num_trials: int
+    requested_num_trials: int
+    concurrency: int
+    budget: str  # in words
+    search_seconds: float  # predicted, Ray's start included
+    export_seconds: float  # predicted
+    simulated: Simulated  # the median run of the search with the planned settings
+    notes: list[str] = field(default_factory=list)
+    period_seconds: float | None = None  # allotted in time: every evaluation period lasts this long
+    samples_per_evaluation: dict[str, int] = field(default_factory=dict)  # per combination, when allotted in time
+
+    def steps_per_evaluation(self, times: CombinationTimes) -> float:
+        """Optimizer steps between evaluations at the space's mean effective batch."""
+        if times.key in self.samples_per_evaluation:
+            return self.samples_per_evaluation[times.key] / (times.samples_per_second * times.seconds_per_step)
+        return self.eval_every_steps
+
+    def trial_steps(self, times: CombinationTimes) -> int:
+        return round(self.evaluations * self.steps_per_evaluation(times))
+
+    def period(self, times: CombinationTimes) -> float:
+        """Seconds from one evaluation to the next: the steps between them and the evaluation."""
+        return self.steps_per_evaluation(times) * times.seconds_per_step + times.seconds_per_evaluation
+
+    def trial_seconds(self, times: CombinationTimes) -> float:
+        return TRIAL_START_SECONDS + self.evaluations * self.period(times)
+
+    @property
+    def evaluations(self) -> int:
+        return self.max_steps // self.eval_every_steps
+
+    @property
+    def predicted_seconds(self) -> float:
+        """Seconds from the search's start to the end of the export."""
+        return self.search_seconds + self.export_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_steps": self.max_steps, "requested_max_steps": self.requested_max_steps,
+                "num_trials": self.num_trials, "requested_num_trials": self.requested_num_trials,
+                "eval_every_steps": self.eval_every_steps, "concurrency": self.concurrency, "budget": self.budget,
+                "search_seconds": round(self.search_seconds, 1), "export_seconds": round(self.export_seconds, 1),
+                "simulated": vars(self.simulated), "notes": self.notes, "period_seconds": self.period_seconds,
+                "samples_per_evaluation": self.samples_per_evaluation,
+                "combinations": {c.key: {"seconds_per_step": round(c.seconds_per_step, 4),
+                                         "seconds_per_evaluation": round(c.seconds_per_evaluation, 2),
+                                         "steps_per_trial": self.trial_steps(c),
+                                         "trial_seconds": round(self.trial_seconds(c), 1)}
+                                 for c in self.combinations}}
+
+
+def combination_times(probes: dict[str, ProbeResult], effective_batches: list[int],
+                      validation_rows: int) -> list[CombinationTimes]:
+    """Per combination the probe could train, its cost per step (at the space's mean effective batch: the sampler
+    spreads the trials over the listed sizes) and per evaluation."""
+    mean_batch = statistics.fmean(effective_batches)
+    times = []
+    for key, result in sorted(probes.items()):
+        speed = result.samples_per_second
+        if speed <= 0 or result.too_slow:
+            continue
+        eval_speed = _eval_samples_per_second(result) or FORWARD_SPEEDUP * speed
+        times.append(CombinationTimes(key, speed, eval_speed, mean_batch / speed, validation_rows / eval_speed))
+    return times
+
+
+def _eval_samples_per_second(result: ProbeResult) -> float:
+    evals = [a for a in result.attempts if a.get("mode") == "eval" and a.get("seconds_per_step") and not a.get("error")]
+    return max((a["batch"] / a["seconds_per_step"] for a in evals), default=0.0)
+
+
+def asha_milestones(max_evaluations: int, grace_period: int, reduction_factor: float) -> list[int]:
+    """The evaluations at which ASHA judges a trial, lowest first: Ray's single bracket puts its rungs at
+    grace x rf^k for k below int(log(max/grace) / log(rf) + 1) (tests/search/test_plan.py checks Ray's own)."""
+    grace = min(grace_period, max_evaluations)
+    rungs = int(math.log(max_evaluations / grace) / math.log(reduction_factor) + 1)
+    return [int(grace * reduction_factor ** k) for k in range(rungs)]
+
+
+@dataclass(frozen=True)
+class Lane:
+    """What a trial of one combination costs in the simulation: seconds and optimizer steps per evaluation."""
+
+    period_seconds: float
+    steps: int
+
+
+def simulate(lanes: list[Lane], *, evaluations: int, num_trials: int, concurrency: int,
+             milestones: list[int] | None, reduction_factor: float, time_budget: float | None,
+             step_budget: int | None, seed: int, qualities: list[float] | None = None) -> Simulated:
+    """One run of the search in simulated time, evaluation by evaluation in the order they happen: trials take the
+    lanes (combinations) in turn, `concurrency` at once, a new one as soon as a slot frees; each has a random
+    quality that its every evaluation reports; ASHA stops a trial at a rung when its quality is below the
+    (1 - 1/rf) percentile of those recorded there (Ray's rule: the first at a rung always goes on); the budget ends
+    what runs when it is spent. `qualities`: the trials' qualities in order, instead of random ones."""
+    rng = random.Random(seed)
+    rungs: dict[int, list[float]] = {m: [] for m in (milestones or []) if m < evaluations}
+    outcome = Simulated(0.0, 0, 0, 0, 0)
+    events: list[tuple[float, int, int]] = []  # (when, trial, the evaluation it reaches then)
+    quality: dict[int, float] = {}
+
+    def lane(trial: int) -> Lane:
+        return lanes[trial % len(lanes)]
+
+    def start(at: float) -> None:
+        if outcome.started < num_trials:
+            trial = outcome.started
+            outcome.started += 1
+            quality[trial] = qualities[trial] if qualities else rng.random()
+            heapq.heappush(events, (at + TRIAL_START_SECONDS + lane(trial).period_seconds, trial, 1))
+
+    for _ in range(concurrency):
+        start(0.0)
+    now, steps_spent = 0.0, 0
+    while events:
+        at, trial, evaluation = heapq.heappop(events)
+        if time_budget is not None and at > time_budget:
+            now, outcome.cut_by_budget = time_budget, outcome.cut_by_budget + 1 + len(events)
+            break
+        now, steps_spent = at, steps_spent + lane(trial).steps
+        end = "completed" if evaluation >= evaluations else _asha(rungs, evaluation, quality[trial], reduction_factor)
+        if step_budget is not None and steps_spent >= step_budget:
+            outcome.cut_by_budget += len(events) + (end is None)
+            outcome.completed += end == "completed"
+            outcome.stopped_early += end == "stopped"
+            break
+        if end is None:
+            heapq.heappush(events, (at + lane(trial).period_seconds, trial, evaluation + 1))
+            continue
+        outcome.completed += end == "completed"
+        outcome.stopped_early += end == "stopped"
+        start(at)
+    outcome.seconds = now
+    return outcome
+
+
+def _asha(rungs: dict[int, list[float]], evaluation: int, quality: float, reduction_factor: float) -> str | None:
+    """"stopped" when ASHA stops a trial reporting `quality` at `evaluation`, None when it goes on."""
+    if evaluation not in rungs:
+        return None
+    recorded = rungs[evaluation]
+    stop = bool(recorded) and quality < _percentile(recorded, 1 - 1 / reduction_factor)
+    recorded.append(quality)
+    return "stopped" if stop else None
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    """numpy's default (linear) percentile, as Ray's ASHA takes it."""
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass
+class Schedule:
+    """How long the trials train: evaluations per trial, and the seconds of each period when allotted in time."""
+
+    evaluations: int
+    period_seconds: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_every_steps: int,
+                     time_budget: float | None, step_budget: int | None) -> Schedule:
+    """The trials' length. The file's max_steps when the budget pays for it with every combination; under a time
+    budget that does not, periods of the fastest combination's length, as many as a trial started first fits after
+    its start; under a step budget, at most the steps it pays for."""
+    evaluations = max_steps // eval_every_steps
+    schedule = Schedule(evaluations)
+    if time_budget is not None:
+        slowest = max(combinations, key=lambda c: c.period_seconds(eval_every_steps))
+        if TRIAL_START_SECONDS + evaluations * slowest.period_seconds(eval_every_steps) > time_budget:
+            fastest = min(combinations, key=lambda c: c.period_seconds(eval_every_steps))
+            period = fastest.period_seconds(eval_every_steps)
+            fits = int((time_budget - TRIAL_START_SECONDS) // period)
+            schedule = Schedule(max(1, min(evaluations, fits)), period)
+            schedule.notes.append(
+                f"trials allotted time: {schedule.evaluations} evaluation periods of {period:.0f} s each (what "
+                f"{fastest.key} takes for {eval_every_steps} steps and its evaluation), so a trial started first ends "
+                f"inside the {time_budget / 60:g}-minute budget; {slowest.key} would take "
+                f"{slowest.period_seconds(eval_every_steps):.0f} s per {eval_every_steps} steps, and trains fewer "
+                "steps in the same time")
+            if fits < 1:
+                schedule.notes.append(f"the budget does not pay for one evaluation of {fastest.key}: raise "
+                                      "search.time_budget_minutes or lower search.eval_every_steps")
+    if step_budget is not None and step_budget < schedule.evaluations * eval_every_steps:
+        schedule.evaluations = max(1, step_budget // eval_every_steps)
+        schedule.notes.append(f"trials shortened to {schedule.evaluations * eval_every_steps} steps: the step budget "
+                              f"is {step_budget}")
+    return schedule
+
+
+def samples_per_evaluation(combinations: list[CombinationTimes], period: float, mean_batch: float) -> dict[str, int]:
+    """Per combination, the samples it trains in one period besides its evaluation (at least one mean batch)."""
+    return {c.key: max(round(mean_batch), round((period - c.seconds_per_evaluation) * c.samples_per_second))
+            for c in combinations}
+
+
+def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validation_rows: int, test_rows: int,
+                seq_len: int, concurrency: int) -> SearchPlan | None:
+    """The plan for this sweep; None when the probe measured no combination that trains."""
+    search = config.search
+    combinations = combination_times(probes, config.space.effective_batch_size, validation_rows)
+    if not combinations:
+        return None
+    time_budget = search.time_budget_minutes * 60 if search.time_budget_minutes else None
+    schedule = Schedule(search.max_steps // search.eval_every_steps)
+    if search.fit_to_budget:
+        schedule = planned_schedule(combinations, search.max_steps, search.eval_every_steps, time_budget,
+                                    search.step_budget)
+    mean_batch = statistics.fmean(config.space.effective_batch_size)
+    per_evaluation = (samples_per_evaluation(combinations, schedule.period_seconds, mean_batch)
+                      if schedule.period_seconds else {})
+    plan = SearchPlan(combinations, search.eval_every_steps, schedule.evaluations * search.eval_every_steps,
+                      search.max_steps, search.num_trials, search.num_trials, concurrency, _budget_words(config), 0.0,
+                      export_seconds(config, combinations, test_rows, seq_len), Simulated(0.0, 0, 0, 0, 0),
+                      schedule.notes, schedule.period_seconds, per_evaluation)
+    lanes = [Lane(plan.period(c), round(plan.steps_per_evaluation(c))) for c in combinations]
+    asha = search.asha if search.scheduler == "asha" else None
+    milestones = asha_milestones(plan.evaluations, asha.grace_period, asha.reduction_factor) if asha else None
+
+    def runs(num_trials: int) -> list[Simulated]:
+        return [simulate(lanes, evaluations=plan.evaluations, num_trials=num_trials, concurrency=concurrency,
+                         milestones=milestones, reduction_factor=asha.reduction_factor if asha else 1.0,
+                         time_budget=time_budget, step_budget=search.step_budget, seed=seed)
+                for seed in range(SIMULATIONS)]
+
+    simulated = runs(search.num_trials)
+    # The most trials that started in any simulated run: fewer would leave the budget idle when ASHA stops more
+    # trials early than the median run did.
+    can_start = max(run.started for run in simulated)
+    if search.fit_to_budget and (time_budget or search.step_budget) and can_start < search.num_trials:
+        plan.num_trials = can_start
+        plan.notes.append(f"num_trials {search.num_trials} -> {can_start}: at most that many trials start within the "
+                          "budget (simulated), so TPE's random start-up is sized for them")
+        simulated = runs(can_start)
+    plan.simulated = sorted(simulated, key=lambda run: (run.seconds, run.started))[len(simulated) // 2]
+    plan.search_seconds = RAY_START_SECONDS + plan.simulated.seconds
+    return plan
+
+
+def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], test_rows: int, seq_len: int) -> float:
+    """The export's estimate: each variant scores the test split (at the mean measured evaluation speed, slowed by
+    the variant's kernels) and, for a causal LM, generates its answers one token at a time."""
+    variants = ["none"] + [q.value for q in config.export.quantization if q.value != "none"]
+    eval_speed = statistics.fmean(c.eval_samples_per_second for c in combinations)
+    seconds = 0.0
+    for variant in variants:
+        slowdown = VARIANT_SLOWDOWN.get(variant, 2.0)
+        seconds += EXPORT_FIXED_SECONDS + slowdown * test_rows / eval_speed
+        if config.data.task.value == "causal_lm":
+            answers = min(config.export.generation_samples, test_rows)
+            new_tokens = seq_len // 2  # a reply is about half a row
+            token_seconds = DECODE_TOKEN_COST / (eval_speed * seq_len)
+            seconds += slowdown * answers * new_tokens * token_seconds
+    return seconds
+
+
+def _budget_words(config: SweepConfig) -> str:
+    search = config.search
+    parts = []
+    if search.time_budget_minutes:
+        parts.append(f"{search.time_budget_minutes:g} minutes")
+    if search.step_budget:
+        parts.append(f"{search.step_budget} steps")
+    return " and ".join(parts) or "none"
+
+
+def apply(config: SweepConfig, plan: SearchPlan) -> SweepConfig:
+    """The config with the planned trial length and number of trials."""
+    search = config.search.model_copy(update={"max_steps": plan.max_steps, "num_trials": plan.num_trials})
+    return config.model_copy(update={"search": search})

@@ -1,0 +1,69 @@
+"""How trials share the machine, when the sweep file leaves it open: GPUs used on purpose, not by accident.
+
+Ray places a trial by the resources it asks for. A trial that asks for no GPU still sees every GPU of its node
+and trains on GPU 0 with all the others, unaccounted for. So with CUDA present and resources.gpus_per_trial unset,
+each trial asks for a share of a GPU: as many trials per GPU as the probe's peak memory lets fit with its margin
+(plus each process's CUDA context, which the allocator's peak leaves out), whole GPUs round-robin when one trial
+per GPU is all that fits or all that is wanted. search.max_concurrent_trials, unset, is then the trials that fit on
+all GPUs, at most the CPU cores over cpus_per_trial. On a CPU the defaults stay 0 GPUs and one trial at a time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from finesweep.search.probe.batch_search import SAFETY_MARGIN
+from finesweep.search.probe.device import Device
+from finesweep.search.probe.table import ProbeResult
+from finesweep.spaces import SweepConfig
+
+CUDA_CONTEXT_BYTES = 600 * 2**20  # a process's CUDA context and kernels, outside torch's allocator statistics
+
+
+def peak_bytes(probes: dict[str, ProbeResult]) -> int:
+    """The most memory a trial of the space needs: the highest peak, training at its micro-batch or evaluating."""
+    peaks = [0]
+    for result in probes.values():
+        for attempt in result.attempts:
+            mode = attempt.get("mode", "train")
+            used = attempt["batch"] == (result.micro_batch if mode == "train" else 2 * result.max_micro_batch)
+            if used and not attempt.get("out_of_memory") and not attempt.get("error"):
+                peaks.append(int(attempt["peak_bytes"]))
+    return max(peaks)
+
+
+def trials_per_gpu(device: Device, peak: int) -> int:
+    """Trials whose peak (with the probe's margin and a CUDA context each) fit in one GPU's memory together."""
+    return max(1, int(device.total_memory // (peak * (1 + SAFETY_MARGIN) + CUDA_CONTEXT_BYTES)))
+
+
+def share_devices(config: SweepConfig, device: Device, probes: dict[str, ProbeResult],
+                  cpu_cores: int | None = None) -> tuple[SweepConfig, list[str]]:
+    """The config with resources.gpus_per_trial and search.max_concurrent_trials set where the file left them
+    open, and what was decided, in words."""
+    resources, search = config.resources, config.search
+    gpus, concurrent = resources.gpus_per_trial, search.max_concurrent_trials
+    notes: list[str] = []
+    if device.kind != "cuda" or gpus == 0:  # 0: the trials train on the CPU by request
+        gpus, concurrent = gpus or 0, concurrent or 1
+    elif gpus is None or concurrent is None:
+        cores = cpu_cores or os.cpu_count() or 1
+        by_cores = max(1, int(cores // (resources.cpus_per_trial * resources.workers_per_trial)))
+        fit = trials_per_gpu(device, peak_bytes(probes)) if resources.workers_per_trial == 1 else 1
+        if gpus:  # the file's share: the trials that fit are those Ray can place with it
+            fit = max(1, int(1 / gpus)) if gpus < 1 else 1
+        if concurrent is None:
+            by_gpus = int(device.count // gpus) if gpus and gpus > 1 else fit * device.count // resources.workers_per_trial
+            concurrent = max(1, min(by_gpus, by_cores))
+            notes.append(f"{concurrent} trials at once: {by_gpus} fit on {device.count} GPU(s) (by the probe's "
+                         f"peak memory or gpus_per_trial), {by_cores} by CPU cores (cpus_per_trial "
+                         f"{resources.cpus_per_trial:g})")
+        if gpus is None:
+            sharing = min(fit, max(1, math.ceil(concurrent / device.count)))
+            gpus = 1.0 if sharing == 1 else round(1 / sharing, 4)
+            notes.append(f"gpus_per_trial {gpus:g}: " + ("a whole GPU per trial" if sharing == 1 else
+                                                         f"{sharing} trials share each GPU"))
+    resources = resources.model_copy(update={"gpus_per_trial": gpus})
+    search = search.model_copy(update={"max_concurrent_trials": concurrent})
+    return config.model_copy(update={"resources": resources, "search": search}), notes

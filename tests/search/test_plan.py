@@ -1,0 +1,175 @@
+"""The search planned from the probe's speeds (search/probe/plan.py): ASHA's rungs as Ray lays them out, the
+simulated search, the trial length a budget pays for, and the plan of a whole sweep file."""
+
+from __future__ import annotations
+
+import pytest
+
+from finesweep.search.probe import plan as planning
+from finesweep.search.probe.plan import CombinationTimes, Lane, asha_milestones, planned_schedule, simulate
+from finesweep.search.probe.table import ProbeResult
+from finesweep.search.tuning import ray_compat
+from finesweep.spaces import SweepConfig
+
+START = planning.TRIAL_START_SECONDS
+
+
+def times(key: str, step: float, evaluation: float) -> CombinationTimes:
+    return CombinationTimes(key, samples_per_second=1.0, eval_samples_per_second=1.0, seconds_per_step=step,
+                            seconds_per_evaluation=evaluation)
+
+
+def probe(model: str, precision: str, train_per_second: float, eval_per_second: float | None = 40.0,
+          too_slow: str | None = None) -> ProbeResult:
+    attempts = [{"batch": 8, "peak_bytes": 1, "seconds_per_step": 8 / train_per_second, "steps": 3}]
+    if eval_per_second:
+        attempts.append({"batch": 16, "peak_bytes": 1, "seconds_per_step": 16 / eval_per_second, "steps": 1,
+                         "mode": "eval"})
+    return ProbeResult(model=model, precision=precision, method="full", seq_len=64, device="cpu", budget_bytes=2**30,
+                       max_micro_batch=8, attempts=attempts, best_micro_batch=8, micro_batch=8, too_slow=too_slow)
+
+
+@pytest.mark.parametrize("max_t,grace,rf", [(8, 1, 3), (9, 1, 3), (27, 1, 3), (10, 2, 2), (4, 4, 3), (20, 3, 4)])
+def test_asha_milestones_are_where_ray_puts_its_rungs(max_t, grace, rf):
+    from ray.tune.schedulers import ASHAScheduler
+
+    scheduler = ASHAScheduler(time_attr="training_iteration", max_t=max_t, grace_period=grace, reduction_factor=rf)
+    assert asha_milestones(max_t, grace, rf) == ray_compat.asha_milestones_of(scheduler)
+
+
+def test_without_asha_or_budget_every_trial_trains_to_its_end_and_slots_share_them():
+    lanes = [Lane(period_seconds=15.0, steps=10)]
+    run = simulate(lanes, evaluations=4, num_trials=4, concurrency=2, milestones=None,
+                   reduction_factor=3, time_budget=None, step_budget=None, seed=0)
+    assert (run.started, run.completed, run.stopped_early, run.cut_by_budget) == (4, 4, 0, 0)
+    assert run.seconds == pytest.approx(2 * (START + 4 * 15.0))  # two trials one after the other in each slot
+
+
+def test_asha_stops_a_trial_below_the_cutoff_of_those_recorded_at_its_rung():
+    lanes = [Lane(period_seconds=10.0, steps=10)]
+    # One slot: trials reach rung 1 in order. Ray's rule: the first always goes on; later ones stop when below the
+    # (1 - 1/3) percentile of the qualities recorded there.
+    run = simulate(lanes, evaluations=3, num_trials=4, concurrency=1, milestones=[1],
+                   reduction_factor=3, time_budget=None, step_budget=None, seed=0, qualities=[0.5, 0.9, 0.1, 0.95])
+    # 0.5 first: on. 0.9 >= 0.5: on. 0.1 < percentile([0.5, 0.9], 2/3) = 0.767: stopped. 0.95: on.
+    assert (run.completed, run.stopped_early) == (3, 1)
+    assert run.seconds == pytest.approx(4 * START + 3 * 30.0 + 10.0)
+
+
+def test_a_time_budget_cuts_the_running_trials_and_starts_no_more():
+    lanes = [Lane(period_seconds=10.0, steps=10)]
+    run = simulate(lanes, evaluations=10, num_trials=10, concurrency=2, milestones=None,
+                   reduction_factor=3, time_budget=200.0, step_budget=None, seed=0)
+    # Each slot: trial 1 runs 10 + 100 s, trial 2 starts at 110 and is cut at 200.
+    assert (run.started, run.completed, run.cut_by_budget) == (4, 2, 2)
+    assert run.seconds == pytest.approx(200.0)
+
+
+def test_a_step_budget_ends_the_search_when_its_steps_are_spent():
+    lanes = [Lane(period_seconds=10.0, steps=10)]
+    run = simulate(lanes, evaluations=5, num_trials=10, concurrency=1, milestones=None,
+                   reduction_factor=3, time_budget=None, step_budget=120, seed=0)
+    assert (run.started, run.completed, run.cut_by_budget) == (3, 2, 1)
+
+
+def test_trials_running_at_once_spend_the_step_budget_together():
+    lanes = [Lane(period_seconds=10.0, steps=10)]
+    run = simulate(lanes, evaluations=5, num_trials=10, concurrency=2, milestones=None,
+                   reduction_factor=3, time_budget=None, step_budget=60, seed=0)
+    # Both report 10 steps every 10 s: the 60th step is spent at their third evaluations, and neither finishes.
+    assert (run.started, run.completed, run.cut_by_budget) == (2, 0, 2)
+    assert run.seconds == pytest.approx(START + 30.0)
+
+
+def test_a_budget_that_pays_for_every_combinations_max_steps_keeps_them():
+    fast, slow = times("fast", step=0.5, evaluation=5.0), times("slow", step=2.0, evaluation=10.0)  # 30 s, 110 s
+    schedule = planned_schedule([fast, slow], max_steps=200, eval_every_steps=50, time_budget=600.0, step_budget=None)
+    assert (schedule.evaluations, schedule.period_seconds, schedule.notes) == (4, None, [])  # 10 + 4 x 110 <= 600
+
+
+def test_a_time_budget_too_short_for_the_slowest_allots_time_in_the_fastests_periods():
+    fast, slow = times("fast", step=0.5, evaluation=5.0), times("slow", step=2.0, evaluation=10.0)  # 30 s, 110 s
+    schedule = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=600.0, step_budget=None)
+    assert schedule.period_seconds == 30.0 and schedule.evaluations == int((600 - START) // 30.0)
+    assert "fast" in schedule.notes[0] and "slow" in schedule.notes[0]
+    capped = planned_schedule([fast, slow], max_steps=400, eval_every_steps=50, time_budget=600.0, step_budget=None)
+    assert (capped.evaluations, capped.period_seconds) == (8, 30.0)  # never more than the file's max_steps
+    hopeless = planned_schedule([slow], max_steps=400, eval_every_steps=50, time_budget=60.0, step_budget=None)
+    assert hopeless.evaluations == 1 and any("does not pay for one evaluation" in n for n in hopeless.notes)
+
+
+def test_a_step_budget_shortens_the_trials_to_what_it_pays_for():
+    schedule = planned_schedule([times("a", 0.5, 5.0)], max_steps=400, eval_every_steps=50, time_budget=None,
+                                step_budget=120)
+    assert schedule.evaluations == 2 and "step budget" in schedule.notes[0]
+
+
+def _config(**search) -> SweepConfig:
+    return SweepConfig.model_validate({
+        "name": "planned", "data": {"path": "data.csv", "task": "classification", "splits": {"train": 100, "validation": 80, "test": 40}},
+        "models": [{"name": "big", "path": "big"}, {"name": "small", "path": "small"}],
+        "space": {"effective_batch_size": [16, 32], "precision": ["fp32"]},
+        "search": {"num_trials": 10, "max_concurrent_trials": 2, "eval_every_steps": 50, "max_steps": 400,
+                   **search},
+        "export": {"quantization": ["int8"]},
+    })
+
+
+def _plan(config: SweepConfig, probes: dict[str, ProbeResult]):
+    return planning.plan_search(config, probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2)
+
+
+def test_a_sweep_without_budget_keeps_its_length_and_trials_and_predicts_their_time():
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
+    plan = _plan(_config(), probes)
+    assert (plan.max_steps, plan.num_trials, plan.notes) == (400, 10, [])
+    big = next(c for c in plan.combinations if c.key == "big")
+    assert big.seconds_per_step == pytest.approx(24 / 24.0)  # the mean effective batch over the probed speed
+    assert big.seconds_per_evaluation == pytest.approx(80 / 40.0)  # validation rows over the measured eval speed
+    assert plan.trial_steps(big) == 400 and plan.trial_seconds(big) == pytest.approx(START + 8 * (50 + 2.0))
+    assert 0 < plan.simulated.stopped_early < 10 and plan.simulated.completed >= 1
+    assert plan.search_seconds < 10 * plan.trial_seconds(big) / 2  # ASHA stops some trials early, two run at once
+    int8 = planning.VARIANT_SLOWDOWN["int8"]
+    assert plan.export_seconds == pytest.approx(2 * planning.EXPORT_FIXED_SECONDS + (1 + int8) * 40 / 40.0)
+
+
+def test_a_time_budget_allots_each_combination_the_same_seconds_and_counts_the_trials_that_start():
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0),
+              "slowest": probe("big", "bf16", 2.0, too_slow="far slower")}  # left out: the probe gave up on it
+    plan = _plan(_config(time_budget_minutes=5, num_trials=50, max_steps=2000), probes)
+    big, small = (next(c for c in plan.combinations if c.key == key) for key in ("big", "small"))
+    assert [c.key for c in plan.combinations] == ["big", "small"]
+    # small: 50 steps of 24 samples at 48/s and 80 rows at 40/s = 27 s, the period of every trial.
+    assert plan.period_seconds == pytest.approx(27.0)
+    assert plan.evaluations == int((300 - START) // 27.0) == plan.max_steps // 50
+    assert plan.samples_per_evaluation == {"small": 50 * 24, "big": round((27.0 - 2.0) * 24.0)}
+    assert plan.trial_steps(small) == plan.evaluations * 50 and plan.trial_steps(big) < plan.evaluations * 50
+    assert plan.trial_seconds(big) == pytest.approx(plan.trial_seconds(small))
+    assert plan.trial_seconds(small) <= 300
+    # Two slots for 300 s, a trial stopped at its first rung costing 37 s: never 50 trials.
+    assert plan.num_trials < 50 and any("num_trials 50 ->" in note for note in plan.notes)
+    assert 1 <= plan.simulated.started <= plan.num_trials
+    assert plan.search_seconds == pytest.approx(planning.RAY_START_SECONDS + 300, abs=30)
+    config = planning.apply(_config(time_budget_minutes=5, num_trials=50, max_steps=2000), plan)
+    assert (config.search.max_steps, config.search.num_trials) == (plan.max_steps, plan.num_trials)
+
+
+def test_a_trial_takes_its_combinations_samples_per_evaluation_in_steps_of_its_own_batch():
+    from finesweep.search.tuning.context import TrialContext, trial_length
+
+    config = _config(time_budget_minutes=5)
+    context = TrialContext(sweep={}, tokenized={}, label_names=None, micro_batches={}, eval_batches={},
+                           tracking_uri="", experiment_id="", parent_run_id="",
+                           samples_per_evaluation={"big|fp32|full": 600})
+    assert trial_length(config, context, "big|fp32|full", 16) == (8 * 38, 38)  # 600 / 16 = 37.5 -> 38
+    assert trial_length(config, context, "big|fp32|full", 32) == (8 * 19, 19)
+    assert trial_length(config, context, "small|fp32|full", 16) == (400, 50)  # not allotted: the file's steps
+
+
+def test_eval_speed_not_measured_is_taken_as_a_forward_pass_faster_than_training():
+    plan = _plan(_config(), {"big": probe("big", "fp32", 24.0, eval_per_second=None)})
+    assert plan.combinations[0].eval_samples_per_second == pytest.approx(planning.FORWARD_SPEEDUP * 24.0)
+
+
+def test_nothing_measured_gives_no_plan():
+    assert _plan(_config(), {"big": probe("big", "fp32", 24.0, too_slow="far slower")}) is None

@@ -1,0 +1,22 @@
+"""`finesweep plan`: data and probe as `run` does them, then the plan and its predicted end; nothing trains."""
+
+from __future__ import annotations
+
+from tests import tiny
+from tests.sweeps import EVALS_PER_TRIAL, NUM_TRIALS, SWEEP, finesweep
+
+
+def test_plan_prints_the_trials_a_budget_pays_for_and_trains_nothing(tmp_path):
+    # 300,000 steps per trial: far more than half a minute pays for on any machine, so the plan must allot time.
+    sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 50\n  time_budget_minutes: 0.5")
+             .replace(f"max_steps: {5 * EVALS_PER_TRIAL}", "max_steps: 300000"))
+    tiny.classification_folder(tmp_path, sweep, rows=300)
+    result = finesweep("plan", "sweep.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = " ".join(result.stdout.split())  # rich wraps long lines
+    assert "Memory probe" in out and "Plan:" in out and "predicted:" in out
+    assert "plan: trials allotted time:" in out and "plan: num_trials 50 ->" in out
+    evaluations = int(out.split("Plan: ", 1)[1].split(" evaluations of ")[0])
+    assert 1 <= evaluations < 300000 // 5  # fewer than the file's 60,000 evaluation periods
+    root = tmp_path / "runs" / "tiny"
+    assert not any((root / name).exists() for name in ("tune", "mlflow.db", "sweep-state.json", "export"))
