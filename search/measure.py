@@ -114,7 +114,8 @@ def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dic
             and result.precision in inputs.precisions and result.method in {m.value for m in config.space.method}}
     splits = inputs.data.prepared.report.splits
     plan = plan_search(config, kept, validation_rows=splits.get("validation", 0), test_rows=splits.get("test", 0),
-                       seq_len=inputs.data.max_seq_len, concurrency=trial_slots(config, inputs.device, address))
+                       seq_len=inputs.data.max_seq_len, concurrency=trial_slots(config, inputs.device, address),
+                       lengths=inputs.data.lengths)
     if plan is None:
         return config, None
     inputs.console.plan(plan, elapsed)

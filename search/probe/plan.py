@@ -128,10 +128,12 @@ class SearchPlan:
                                  for c in self.combinations}}
 
 
-def combination_times(probes: dict[str, ProbeResult], effective_batches: list[int],
-                      validation_rows: int) -> list[CombinationTimes]:
+def combination_times(probes: dict[str, ProbeResult], effective_batches: list[int], validation_rows: int,
+                      lengths: dict[str, dict[str, float]] | None = None) -> list[CombinationTimes]:
     """Per combination the probe could train, its cost per step (at the space's mean effective batch: the sampler
-    spreads the trials over the listed sizes) and per evaluation."""
+    spreads the trials over the listed sizes) and per evaluation. The probe times rows of the full sequence length
+    (the memory worst case); a trial pads each batch to its longest row only, so with the data's token `lengths`
+    (percentiles per model) the speeds are scaled to the expected padded length."""
     mean_batch = statistics.fmean(effective_batches)
     times = []
     for key, result in sorted(probes.items()):
@@ -139,8 +141,25 @@ def combination_times(probes: dict[str, ProbeResult], effective_batches: list[in
         if speed <= 0 or result.too_slow:
             continue
         eval_speed = _eval_samples_per_second(result) or FORWARD_SPEEDUP * speed
+        if lengths and result.model in lengths:
+            speed /= padded_fraction(lengths[result.model], result.micro_batch, result.seq_len)
+            eval_speed /= padded_fraction(lengths[result.model], result.eval_batch_size, result.seq_len)
         times.append(CombinationTimes(key, speed, eval_speed, mean_batch / speed, validation_rows / eval_speed))
     return times
+
+
+def padded_fraction(percentiles: dict[str, float], batch: int, seq_len: int) -> float:
+    """The expected length of a batch padded to its longest row, as a fraction of seq_len: the longest of `batch`
+    rows sits near the 1 - 1/(batch + 1) quantile of the lengths (interpolated between the measured percentiles;
+    rows over seq_len are truncated to it)."""
+    anchors = [(0.5, percentiles["p50"]), (0.95, percentiles["p95"]), (0.99, percentiles["p99"]),
+               (1.0, percentiles["max"])]
+    quantile = 1 - 1 / (max(batch, 1) + 1)
+    length = anchors[0][1]
+    for (low_q, low), (high_q, high) in zip(anchors, anchors[1:]):
+        if low_q <= quantile <= high_q:
+            length = low + (high - low) * (quantile - low_q) / (high_q - low_q)
+    return min(max(length, 1.0), seq_len) / seq_len
 
 
 def _eval_samples_per_second(result: ProbeResult) -> float:
@@ -278,10 +297,11 @@ def samples_per_evaluation(combinations: list[CombinationTimes], period: float, 
 
 
 def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validation_rows: int, test_rows: int,
-                seq_len: int, concurrency: int) -> SearchPlan | None:
-    """The plan for this sweep; None when the probe measured no combination that trains."""
+                seq_len: int, concurrency: int, lengths: dict[str, dict[str, float]] | None = None) -> SearchPlan | None:
+    """The plan for this sweep; None when the probe measured no combination that trains. `lengths`: the data's
+    token-length percentiles per model (see combination_times)."""
     search = config.search
-    combinations = combination_times(probes, config.space.effective_batch_size, validation_rows)
+    combinations = combination_times(probes, config.space.effective_batch_size, validation_rows, lengths)
     if not combinations:
         return None
     time_budget = search.time_budget_minutes * 60 if search.time_budget_minutes else None

@@ -173,3 +173,16 @@ def test_eval_speed_not_measured_is_taken_as_a_forward_pass_faster_than_training
 
 def test_nothing_measured_gives_no_plan():
     assert _plan(_config(), {"big": probe("big", "fp32", 24.0, too_slow="far slower")}) is None
+
+
+def test_a_batch_padded_to_its_longest_row_is_timed_at_that_length_not_the_probes_full_one():
+    lengths = {"p50": 30.0, "p95": 50.0, "p99": 60.0, "max": 100.0}
+    assert planning.padded_fraction(lengths, 1, 64) == pytest.approx(30 / 64)  # one row: the median
+    assert planning.padded_fraction(lengths, 19, 64) == pytest.approx(50 / 64)  # the longest of 19: the 95th pct
+    assert planning.padded_fraction(lengths, 99, 64) == pytest.approx(60 / 64)
+    assert planning.padded_fraction(lengths, 1000, 64) == 1.0  # rows past seq_len are truncated to it
+    plain = _plan(_config(), {"big": probe("big", "fp32", 24.0)}).combinations[0]
+    padded = planning.plan_search(_config(), {"big": probe("big", "fp32", 24.0)}, validation_rows=80, test_rows=40,
+                                  seq_len=64, concurrency=2, lengths={"big": lengths}).combinations[0]
+    fraction = planning.padded_fraction(lengths, 8, 64)  # the probe's micro-batch
+    assert padded.samples_per_second == pytest.approx(plain.samples_per_second / fraction)

@@ -252,3 +252,15 @@ def test_trials_running_at_once_share_the_cpu_budget():
     cpu = Device("cpu", "cpu", 24 * 2**30)
     assert memory_budget(config(1), cpu) == 6 * 2**30
     assert memory_budget(config(2), cpu) == 3 * 2**30
+
+
+def test_the_cpus_identity_names_its_model_and_the_instruction_sets_that_set_its_speed():
+    from finesweep.search.probe.device import cpu_identity
+
+    def cpuinfo(flags: str) -> str:
+        return f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse4_2 {flags} hypervisor\n\nprocessor\t: 1\n"
+
+    avx512 = cpu_identity(cpuinfo("avx2 fma avx512f avx512_bf16 amx_tile"))
+    assert avx512 == "Some CPU [amx_tile avx2 avx512_bf16 avx512f fma]"
+    assert cpu_identity(cpuinfo("avx2 fma")) == "Some CPU [avx2 fma]" != avx512  # same model name, other speeds
+    assert cpu_identity(cpuinfo("avx2 fma rdrand")) == cpu_identity(cpuinfo("fma avx2"))  # flags that do not matter
