@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
@@ -47,6 +48,9 @@ QUIET_ENVIRONMENT = {  # set before Ray starts, so trial workers inherit them
     "RAY_DEDUP_LOGS": "0",
     "RAY_AIR_NEW_OUTPUT": "0",  # the legacy reporter honours verbose=0; finesweep prints its own progress
     "MLFLOW_LOGGING_LEVEL": "WARNING",
+    # Deprecation notices one library gives about another (peft on transformers' renamed attributes), in every
+    # probe and trial process: nothing a user of finesweep can act on. --verbose shows them.
+    "PYTHONWARNINGS": "ignore::FutureWarning",
 }
 
 
@@ -54,6 +58,7 @@ def _quiet_libraries(verbose: bool) -> None:
     if not verbose:
         for name, value in QUIET_ENVIRONMENT.items():
             os.environ.setdefault(name, value)
+        warnings.simplefilter("ignore", FutureWarning)  # this process read PYTHONWARNINGS before it was set
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("bitsandbytes", "mlflow", "optuna", "alembic"):
         logging.getLogger(noisy).setLevel(logging.INFO if verbose else logging.ERROR)

@@ -38,8 +38,8 @@ EXPORT_FIXED_SECONDS = 15.0  # per exported variant: load, save, model card
 # 1.8x for int8 on CPU, 4.2x int8 and 1.9x nf4 on an H100); torchao's int8 about as fast as full precision on CPU.
 VARIANT_SLOWDOWN = {"none": 1.0, "int8": 2.0, "nf4": 2.0, "torchao-int8": 1.0}
 # One generated token (batch 1, cached keys and values) against one token of a batched forward pass: a decode step
-# is latency-bound, so it costs many tokens' worth of a batched forward.
-DECODE_TOKEN_COST = 16.0
+# is latency-bound, so it costs several tokens' worth of a batched forward (7 measured on SmolLM2-135M, CPU).
+DECODE_TOKEN_COST = 8.0
 FORWARD_SPEEDUP = 3.0  # evaluation speed when the probe could not measure it: a forward pass, no backward
 SIMULATIONS = 31  # seeded runs of the search; the plan reports their median
 
@@ -263,23 +263,27 @@ class Schedule:
 def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_every_steps: int,
                      time_budget: float | None, step_budget: int | None) -> Schedule:
     """The trials' length. The file's max_steps when the budget pays for it with every combination; under a time
-    budget that does not, periods of the fastest combination's length, as many as a trial started first fits after
-    its start; under a step budget, at most the steps it pays for."""
+    budget that does not, periods of the fastest combination's length (at least twice the longest evaluation, so
+    no combination spends more than half its time evaluating), as many as a trial started first fits after its
+    start; under a step budget, at most the steps it pays for."""
     evaluations = max_steps // eval_every_steps
     schedule = Schedule(evaluations)
     if time_budget is not None:
         slowest = max(combinations, key=lambda c: c.period_seconds(eval_every_steps))
         if TRIAL_START_SECONDS + evaluations * slowest.period_seconds(eval_every_steps) > time_budget:
             fastest = min(combinations, key=lambda c: c.period_seconds(eval_every_steps))
-            period = fastest.period_seconds(eval_every_steps)
+            longest_evaluation = max(c.seconds_per_evaluation for c in combinations)
+            period = max(fastest.period_seconds(eval_every_steps), 2 * longest_evaluation)
             fits = int((time_budget - TRIAL_START_SECONDS) // period)
             schedule = Schedule(max(1, min(evaluations, fits)), period)
+            why = (f"what {fastest.key} takes for {eval_every_steps} steps and its evaluation"
+                   if period == fastest.period_seconds(eval_every_steps) else
+                   f"twice the longest evaluation, {longest_evaluation:.0f} s")
             schedule.notes.append(
-                f"trials allotted time: {schedule.evaluations} evaluation periods of {period:.0f} s each (what "
-                f"{fastest.key} takes for {eval_every_steps} steps and its evaluation), so a trial started first ends "
-                f"inside the {time_budget / 60:g}-minute budget; {slowest.key} would take "
-                f"{slowest.period_seconds(eval_every_steps):.0f} s per {eval_every_steps} steps, and trains fewer "
-                "steps in the same time")
+                f"trials allotted time: {schedule.evaluations} evaluation periods of {period:.0f} s each ({why}), so "
+                f"a trial started first ends inside the {time_budget / 60:g}-minute budget; {slowest.key} would "
+                f"take {slowest.period_seconds(eval_every_steps):.0f} s per {eval_every_steps} steps, and trains "
+                "fewer steps in the same time")
             if fits < 1:
                 schedule.notes.append(f"the budget does not pay for one evaluation of {fastest.key}: raise "
                                       "search.time_budget_minutes or lower search.eval_every_steps")
@@ -341,10 +345,11 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
 
 
 def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], test_rows: int, seq_len: int) -> float:
-    """The export's estimate: each variant scores the test split (at the mean measured evaluation speed, slowed by
-    the variant's kernels) and, for a causal LM, generates its answers one token at a time."""
+    """The export's estimate: each variant scores the test split (at the fastest measured evaluation speed: the
+    export evaluates a plain model, a LoRA winner merged into its base; slowed by the variant's kernels) and, for a
+    causal LM, generates its answers one token at a time."""
     variants = ["none"] + [q.value for q in config.export.quantization if q.value != "none"]
-    eval_speed = statistics.fmean(c.eval_samples_per_second for c in combinations)
+    eval_speed = max(c.eval_samples_per_second for c in combinations)
     seconds = 0.0
     for variant in variants:
         slowdown = VARIANT_SLOWDOWN.get(variant, 2.0)

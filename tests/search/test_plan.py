@@ -9,7 +9,7 @@ from finesweep.search.probe import plan as planning
 from finesweep.search.probe.plan import CombinationTimes, Lane, asha_milestones, planned_schedule, simulate
 from finesweep.search.probe.table import ProbeResult
 from finesweep.search.tuning import ray_compat
-from finesweep.spaces import SweepConfig
+from finesweep.spaces import SweepConfig, Task
 
 START = planning.TRIAL_START_SECONDS
 
@@ -96,6 +96,14 @@ def test_a_time_budget_too_short_for_the_slowest_allots_time_in_the_fastests_per
     assert (capped.evaluations, capped.period_seconds) == (8, 30.0)  # never more than the file's max_steps
     hopeless = planned_schedule([slow], max_steps=400, eval_every_steps=50, time_budget=60.0, step_budget=None)
     assert hopeless.evaluations == 1 and any("does not pay for one evaluation" in n for n in hopeless.notes)
+
+
+def test_no_combination_spends_more_than_half_a_period_evaluating():
+    fast, slow_eval = times("fast", step=0.5, evaluation=5.0), times("slow-eval", step=1.0, evaluation=40.0)
+    schedule = planned_schedule([fast, slow_eval], max_steps=2000, eval_every_steps=50, time_budget=600.0,
+                                step_budget=None)
+    assert schedule.period_seconds == 80.0  # not fast's 30 s: slow-eval's 40 s evaluation would fill it
+    assert schedule.evaluations == int((600 - START) // 80.0) and "twice the longest evaluation" in schedule.notes[0]
 
 
 def test_a_step_budget_shortens_the_trials_to_what_it_pays_for():
@@ -186,3 +194,17 @@ def test_a_batch_padded_to_its_longest_row_is_timed_at_that_length_not_the_probe
                                   seq_len=64, concurrency=2, lengths={"big": lengths}).combinations[0]
     fraction = planning.padded_fraction(lengths, 8, 64)  # the probe's micro-batch
     assert padded.samples_per_second == pytest.approx(plain.samples_per_second / fraction)
+
+
+def test_a_causal_lms_export_adds_its_generations_token_by_token():
+    def export(samples: int) -> float:
+        config = _config()
+        config = config.model_copy(update={
+            "data": config.data.model_copy(update={"task": Task.causal_lm}),
+            "export": config.export.model_copy(update={"generation_samples": samples})})
+        return planning.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
+
+    # 16 answers of 32 new tokens, each token DECODE_TOKEN_COST tokens of a forward pass at 1 row/s of 64 tokens,
+    # once in full precision and once at int8's slowdown.
+    per_variant = 16 * 32 * planning.DECODE_TOKEN_COST / 64
+    assert export(16) - export(0) == pytest.approx(per_variant * (1 + planning.VARIANT_SLOWDOWN["int8"]))
