@@ -83,7 +83,7 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console) -
     probes = measure_memory(config, folder, device, precisions, data, console)
     config, precisions = steer_by_speed(config, precisions, probes, console)
     config = drop_unfit_models(config, probes, console)
-    config = share_devices(config, device, probes, console)
+    config = share_devices(config, device, kept_probes(config, precisions, probes), console)
     clock.lap("probe")
     return Measured(config, folder, data, probes, precisions, console, device, clock)
 
@@ -110,10 +110,8 @@ def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dic
     from finesweep.search.probe.plan import apply, plan_search
 
     config, elapsed = inputs.config, inputs.clock.total
-    kept = {key: result for key, result in inputs.probes.items() if result.model in config.model_names
-            and result.precision in inputs.precisions and result.method in {m.value for m in config.space.method}}
     splits = inputs.data.prepared.report.splits
-    plan = plan_search(config, kept, validation_rows=splits.get("validation", 0), test_rows=splits.get("test", 0),
+    plan = plan_search(config, kept_probes(config, inputs.precisions, inputs.probes), validation_rows=splits.get("validation", 0), test_rows=splits.get("test", 0),
                        seq_len=inputs.data.max_seq_len, concurrency=trial_slots(config, inputs.device, address),
                        lengths=inputs.data.lengths)
     if plan is None:
@@ -138,12 +136,18 @@ def trial_slots(config: SweepConfig, device: Device, address: str | None) -> int
     return max(1, min(wanted, slots))
 
 
+def kept_probes(config: SweepConfig, precisions: list[str], probes: dict[str, Any]) -> dict[str, Any]:
+    """The probe's answers for the combinations the space still holds (after steering and unfit models)."""
+    methods = {m.value for m in config.space.method}
+    return {key: result for key, result in probes.items()
+            if result.model in config.model_names and result.precision in precisions and result.method in methods}
+
+
 def share_devices(config: SweepConfig, device: Device, probes: dict[str, Any], console: Console) -> SweepConfig:
     """GPUs per trial and trials at once, where the sweep file leaves them open (search/probe/sharing.py)."""
     from finesweep.search.probe import sharing
 
-    kept = {key: result for key, result in probes.items() if result.model in config.model_names}
-    config, notes = sharing.share_devices(config, device, kept)
+    config, notes = sharing.share_devices(config, device, probes)
     for note in notes:
         console.step(note)
     return config

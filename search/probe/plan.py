@@ -58,6 +58,11 @@ class CombinationTimes:
         """One evaluation period: the steps between two evaluations and the evaluation."""
         return eval_every_steps * self.seconds_per_step + self.seconds_per_evaluation
 
+    @property
+    def mean_batch(self) -> float:
+        """The space's mean effective batch, in which seconds_per_step is counted."""
+        return self.samples_per_second * self.seconds_per_step
+
 
 @dataclass
 class Simulated:
@@ -92,7 +97,7 @@ class SearchPlan:
     def steps_per_evaluation(self, times: CombinationTimes) -> float:
         """Optimizer steps between evaluations at the space's mean effective batch."""
         if times.key in self.samples_per_evaluation:
-            return self.samples_per_evaluation[times.key] / (times.samples_per_second * times.seconds_per_step)
+            return self.samples_per_evaluation[times.key] / times.mean_batch
         return self.eval_every_steps
 
     def trial_steps(self, times: CombinationTimes) -> int:

@@ -246,6 +246,7 @@ export: {quantization: [int8]}
 """
 
 
+@pytest.mark.slow  # about 70 s: the GGUF and QLoRA sweeps of the default suite train causal LMs end to end too
 def test_causal_lm_instruction_tuning_end_to_end(tmp_path):
     """Prompt + response data, loss on the response only, LoRA or full; exported model generates."""
     tiny.build_tiny_causal_lm(tmp_path / "model")

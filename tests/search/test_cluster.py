@@ -171,6 +171,7 @@ def _kill_trial_worker(sweep: subprocess.Popen, sweep_dir: Path, timeout: float 
     return worker[0].pid
 
 
+@pytest.mark.slow  # about 90 s: test_resume (a killed controller) keeps resuming from checkpoints in the default suite
 def test_a_trial_whose_worker_is_killed_resumes_from_its_checkpoint_in_the_same_mlflow_run(tmp_path):
     tiny.classification_folder(tmp_path, KILL_SWEEP, rows=400)
     sweep_dir = tmp_path / "runs" / "workerkill"

@@ -248,6 +248,7 @@ export: {quantization: [none], register_model: false}
 """
 
 
+@pytest.mark.slow  # about 70 s: the front, the pick and Optuna's two objectives are tested above without a sweep
 def test_a_sweep_with_a_second_objective_logs_the_front_and_exports_the_trial_the_rule_names(tmp_path):
     from mlflow import MlflowClient
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
+
 from tests import tiny
 from tests.sweeps import EVALS_PER_TRIAL, NUM_TRIALS, SWEEP, finesweep, store
 
@@ -39,6 +41,7 @@ def test_a_resumed_sweep_keeps_the_steps_already_spent(tmp_path):
     assert resumed.stop_all()
 
 
+@pytest.mark.slow  # about 70 s: the stopper is tested above; the time-budget sweep stops and exports the same way
 def test_step_budget_stops_the_trials_and_the_export_still_happens(tmp_path):
     tiny.classification_folder(tmp_path)
     # Without ASHA every trial would run max_steps: NUM_TRIALS x max_steps = 180 steps, far above the budget. The plan
