@@ -51,6 +51,7 @@ QUIET_ENVIRONMENT = {  # set before Ray starts, so trial workers inherit them
     # Deprecation notices one library gives about another (peft on transformers' renamed attributes), in every
     # probe and trial process: nothing a user of finesweep can act on. --verbose shows them.
     "PYTHONWARNINGS": "ignore::FutureWarning",
+    "TQDM_DISABLE": "1",  # library progress bars (transformers' GGUF conversion); finesweep prints each step itself
 }
 
 
