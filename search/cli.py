@@ -126,11 +126,12 @@ def probe(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
         config = _load(sweep_file)
         from finesweep.search import inputs, measure
         from finesweep.search.outputs.console import Console
+        from finesweep.search.probe.device import resolve_device, usable_precisions
 
         console, folder = Console(), inputs.sweep_folder(config)
         config = inputs.dequantize_gguf(config, folder, console)
-        device = measure.resolve_device(use_gpu=config.resources.gpus_per_trial != 0)
-        precisions = measure.usable_precisions([p.value for p in config.space.precision], device)
+        device = resolve_device(use_gpu=config.resources.gpus_per_trial != 0)
+        precisions = usable_precisions([p.value for p in config.space.precision], device)
         prepared = inputs.prepare_data(config, folder, console)
         measure.measure_memory(config, folder, device, precisions, prepared, console)
 

@@ -125,15 +125,16 @@ def trial_slots(config: SweepConfig, device: Device, address: str | None) -> int
     per trial's request; a cluster's size is Ray's to know, so there the sweep file's number."""
     import os
 
+    from finesweep.search.probe.sharing import core_slots, gpu_slots
+
     resources = config.resources
     wanted = min(config.search.max_concurrent_trials or 1, config.search.num_trials)
     if address is not None:
         return wanted
-    workers = resources.workers_per_trial
-    slots = int((os.cpu_count() or 1) // (resources.cpus_per_trial * workers)) or 1
+    slots = core_slots(resources, os.cpu_count() or 1)
     if resources.gpus_per_trial and device.kind == "cuda":
-        slots = min(slots, int(device.count // (resources.gpus_per_trial * workers)) or 1)
-    return max(1, min(wanted, slots))
+        slots = min(slots, gpu_slots(resources, device))
+    return min(wanted, slots)
 
 
 def kept_probes(config: SweepConfig, precisions: list[str], probes: dict[str, Any]) -> dict[str, Any]:

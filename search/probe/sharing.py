@@ -17,6 +17,7 @@ from finesweep.search.probe.batch_search import SAFETY_MARGIN
 from finesweep.search.probe.device import Device
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
+from finesweep.spaces.config import ResourcesConfig
 
 CUDA_CONTEXT_BYTES = 600 * 2**20  # a process's CUDA context and kernels, outside torch's allocator statistics
 
@@ -38,6 +39,16 @@ def trials_per_gpu(device: Device, peak: int) -> int:
     return max(1, int(device.total_memory // (peak * (1 + SAFETY_MARGIN) + CUDA_CONTEXT_BYTES)))
 
 
+def core_slots(resources: ResourcesConfig, cores: int) -> int:
+    """Trials whose CPU requests (cpus_per_trial per worker) fit in `cores` at once."""
+    return max(1, int(cores // (resources.cpus_per_trial * resources.workers_per_trial)))
+
+
+def gpu_slots(resources: ResourcesConfig, device: Device) -> int:
+    """Trials whose GPU requests (gpus_per_trial per worker, set) fit in the device's GPUs at once."""
+    return max(1, int(device.count // (resources.gpus_per_trial * resources.workers_per_trial)))
+
+
 def share_devices(config: SweepConfig, device: Device, probes: dict[str, ProbeResult],
                   cpu_cores: int | None = None) -> tuple[SweepConfig, list[str]]:
     """The config with resources.gpus_per_trial and search.max_concurrent_trials set where the file left them
@@ -48,14 +59,12 @@ def share_devices(config: SweepConfig, device: Device, probes: dict[str, ProbeRe
     if device.kind != "cuda" or gpus == 0:  # 0: the trials train on the CPU by request
         gpus, concurrent = gpus or 0, concurrent or 1
     elif gpus is None or concurrent is None:
-        cores = cpu_cores or os.cpu_count() or 1
-        by_cores = max(1, int(cores // (resources.cpus_per_trial * resources.workers_per_trial)))
+        by_cores = core_slots(resources, cpu_cores or os.cpu_count() or 1)
         fit = trials_per_gpu(device, peak_bytes(probes)) if resources.workers_per_trial == 1 else 1
-        if gpus:  # the file's share: the trials that fit are those Ray can place with it
-            fit = max(1, int(1 / gpus)) if gpus < 1 else 1
         if concurrent is None:
-            by_gpus = int(device.count // gpus) if gpus and gpus > 1 else fit * device.count // resources.workers_per_trial
-            concurrent = max(1, min(by_gpus, by_cores))
+            # The file's share: the trials Ray can place with it; else as many as fit by the measured peak.
+            by_gpus = gpu_slots(resources, device) if gpus else max(1, fit * device.count // resources.workers_per_trial)
+            concurrent = min(by_gpus, by_cores)
             notes.append(f"{concurrent} trials at once: {by_gpus} fit on {device.count} GPU(s) (by the probe's "
                          f"peak memory or gpus_per_trial), {by_cores} by CPU cores (cpus_per_trial "
                          f"{resources.cpus_per_trial:g})")

@@ -73,3 +73,5 @@ def test_the_files_values_are_kept_and_the_other_follows_them():
 def test_data_parallel_trials_take_a_whole_gpu_per_rank():
     four = Device("cuda", "NVIDIA H100", 80 * GiB, count=4, fp16=True)
     assert shared(config(workers_per_trial=2), four, {"a": probe(GiB)}, cores=32) == (1.0, 2)
+    # The file's whole GPU per rank: 4 GPUs hold 2 two-rank trials, not 4.
+    assert shared(config(workers_per_trial=2, gpus_per_trial=1), four, {"a": probe(GiB)}, cores=32) == (1, 2)
