@@ -39,7 +39,7 @@ def test_the_parent_run_has_the_project_commit_the_plots_and_the_data_story(fini
     parent = client.get_run(state["parent_run_id"])
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True).stdout.strip()
     assert parent.data.tags["mlflow.source.git.commit"] == head
-    assert parent.data.tags["finesweep.version.transformers"] and parent.data.params["search.metric"] == "eval_accuracy"
+    assert parent.data.tags["finesweep.version.transformers"] and parent.data.params["search.metric"] == "eval_loss"
     artifacts = {a.path for a in client.list_artifacts(state["parent_run_id"])}
     assert {"data_report.json", "probe.json", "sweep.json", "hardware.json", "plots", "export"} <= artifacts
     assert parent.data.tags["finesweep.device"].startswith("1 x cpu")
@@ -89,12 +89,12 @@ def test_best_is_the_best_evaluation_of_all_trials(finished_sweep):
     summary = json.loads((sweep_dir / "summary.json").read_text())
     every_eval = []
     for run in client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'"):
-        every_eval += [(m.value, -m.step, run.info.run_id) for m in client.get_metric_history(run.info.run_id, "eval_accuracy")]
-    value = max(every_eval)[0]
+        every_eval += [(m.value, m.step, run.info.run_id) for m in client.get_metric_history(run.info.run_id, "eval_loss")]
+    value = min(every_eval)[0]
     best = summary["best"]
     assert best["value"] == pytest.approx(value)
     # Among equal values the earliest step whose checkpoint Tune kept wins (Tune may evict an earlier tie).
-    assert (value, -best["step"], best["mlflow_run_id"]) in every_eval
+    assert (value, best["step"], best["mlflow_run_id"]) in every_eval
     parent = client.get_run(state["parent_run_id"])
     assert parent.data.tags["finesweep.best_run_id"] == best["mlflow_run_id"]
 
