@@ -16,8 +16,8 @@ from finesweep.search.outputs.console import Console
 from finesweep.search.probe.device import Device
 from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
-from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEVICE_TAG, GIT_COMMIT_TAG,
-                                            GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
+from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEPLOY_TAG, DEVICE_TAG,
+                                            GIT_COMMIT_TAG, GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic
 
@@ -187,7 +187,7 @@ def _finish(session: Session, best) -> dict[str, Any]:
     registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)
     session.clock.lap("export")
     return {"best": best.as_dict(), "export_dir": str(exported.folder), "test_metrics": exported.metrics,
-            "warnings": exported.warnings, "registered": registered}
+            "deploy": exported.deploy, "warnings": exported.warnings, "registered": registered}
 
 
 def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, parent: str, exported, best,
@@ -199,6 +199,7 @@ def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, par
 
     for variant, metrics in exported.metrics.items():
         tracker.log_metrics(parent, {f"test_{variant}_{k}": v for k, v in metrics.items()}, 0)
+    _record_deploy(tracker, parent, exported.deploy, console)
     tracker.log_file(parent, exported.folder / "README.md", "export")
     tracker.log_file(parent, exported.folder / "metrics.json", "export")
     if exported.generations is not None:
@@ -214,6 +215,16 @@ def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, par
         return []
     console.step("Registered " + ", ".join(f"{v.model_uri} ({v.variant})" for v in versions))
     return [v.model_uri for v in versions]
+
+
+def _record_deploy(tracker: Tracker, parent: str, deploy: dict[str, Any], console: Console) -> None:
+    """The variant to serve, on the parent run (a tag, and its speed-up as a metric) and on the console."""
+    if not deploy:
+        return
+    tracker.set_tags(parent, {DEPLOY_TAG: deploy["variant"]})
+    if deploy.get("speedup_batch1"):
+        tracker.log_metrics(parent, {"deploy_speedup_batch1": deploy["speedup_batch1"]}, 0)
+    console.step(f"Deploy: {deploy['variant']} ({deploy['reason']})")
 
 
 def _log_generations(tracker: Tracker, parent: str, path: Path) -> None:

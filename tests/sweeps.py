@@ -40,7 +40,7 @@ search:
   max_steps: {5 * EVALS_PER_TRIAL}
   asha: {{grace_period: 1, reduction_factor: 2}}
 resources: {{cpus_per_trial: 1, memory_budget: 4GiB}}
-export: {{quantization: [int8]}}
+export: {{quantization: [int8, onnx-int8]}}
 """
 
 

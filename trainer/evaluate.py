@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import struct
 import time
 from pathlib import Path
@@ -45,6 +46,42 @@ def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batc
     return metrics
 
 
+# Serving speed: batch 1 over the first SPEED_ROWS rows one at a time, batch 32 over the first SPEED_BATCHES batches;
+# each pass run SPEED_REPEATS times after an untimed one, the median kept (one pass can meet another process's burst).
+SPEED_ROWS = 16
+SPEED_BATCHES = 2
+SPEED_REPEATS = 5
+
+
+def serving_speed(model: Any, dataset: "Dataset", collate: Callable, batch_size: int = 32) -> dict[str, float]:
+    """Milliseconds per sample of a forward pass as a server runs it (no labels, no loss): at batch 1 (latency) and
+    at `batch_size` (the inverse of throughput), on the model's device, with the process's threads."""
+    device = _model_device(model)
+    model.eval()
+    rows = dataset.select(range(min(SPEED_BATCHES * batch_size, len(dataset))))
+    singles = list(_batches(rows.select(range(min(SPEED_ROWS, len(rows)))), collate, 1))
+    return {"latency_ms_batch1": _median_ms_per_sample(model, singles, device),
+            f"ms_per_sample_batch{batch_size}": _median_ms_per_sample(model, list(_batches(rows, collate, batch_size)), device)}
+
+
+def _median_ms_per_sample(model: Any, batches: list[dict], device: "torch.device") -> float:
+    import torch
+
+    inputs = [{key: value.to(device) for key, value in batch.items() if key != "labels"} for batch in batches]
+    samples = sum(len(batch["input_ids"]) for batch in inputs)
+    seconds = []
+    with torch.no_grad():
+        for repeat in range(SPEED_REPEATS + 1):
+            start = time.perf_counter()
+            for batch in inputs:
+                model(**batch)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # CUDA runs ahead of Python: wait for the work to be done
+            if repeat:  # the first pass warms up (kernels load, bitsandbytes repacks its weights)
+                seconds.append(time.perf_counter() - start)
+    return 1000 * statistics.median(seconds) / max(samples, 1)
+
+
 def _warm_up(model: Any, dataset: "Dataset", collate: Callable, batch_size: int, device: "torch.device") -> None:
     """One untimed batch: first-call work (bitsandbytes repacks 4-bit weights, kernels load) is not latency."""
     import torch
@@ -54,9 +91,14 @@ def _warm_up(model: Any, dataset: "Dataset", collate: Callable, batch_size: int,
             model(**{key: value.to(device) for key, value in batch.items()})
 
 
+# The files that hold a folder's weights: safetensors shards, or an ONNX graph (weights inside it, or beside it in
+# an external-data file for graphs over 2 GB).
+WEIGHT_FILES = ("*.safetensors", "*.onnx", "*.onnx.data")
+
+
 def folder_size_bytes(folder: Path) -> int:
-    """Bytes of the weights (*.safetensors) in `folder`: the size a user downloads and loads."""
-    return sum(path.stat().st_size for path in Path(folder).glob("*.safetensors"))
+    """Bytes of the weights in `folder`: the size a user downloads and loads."""
+    return sum(path.stat().st_size for pattern in WEIGHT_FILES for path in Path(folder).glob(pattern))
 
 
 def saved_tensors(folder: Path) -> dict[str, tuple[str, int]]:
@@ -84,6 +126,8 @@ def _model_device(model: Any) -> "torch.device":
     """Where the inputs go: the model's own device if it is on CUDA (quantized models cannot move), else CPU."""
     import torch
 
+    if not hasattr(model, "parameters"):  # an ONNX Runtime session (trainer/onnx_runtime.py) runs on the CPU
+        return torch.device("cpu")
     device = next(model.parameters()).device
     if device.type == "cuda":
         return device

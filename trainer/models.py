@@ -74,7 +74,12 @@ def load_model(
 
 
 def load_checkpoint(folder: str, task: Task, **extra: Any) -> "PreTrainedModel":
-    """A model saved by a trial or an export (config and safetensors in `folder`; labels in its config)."""
+    """A model saved by a trial or an export (config and safetensors in `folder`; labels in its config). An
+    onnx-int8 export folder loads as an ONNX Runtime session that answers the same call (`OnnxClassifier`)."""
+    from finesweep.trainer.onnx_runtime import OnnxClassifier, is_onnx_folder
+
+    if is_onnx_folder(folder):
+        return OnnxClassifier(folder)  # type: ignore[return-value]
     return auto_model_class(task).from_pretrained(folder, **extra)
 
 

@@ -13,7 +13,8 @@ MAX_NEW_TOKENS = 32
 def predict(model_dir: Path, texts: list[str]) -> list[dict]:
     """classification -> [{"label", "score"}]; causal_lm -> [{"generated"}] (greedy, new text only).
 
-    A bitsandbytes-quantized folder loads the same way: its quantization_config is in config.json.
+    A bitsandbytes-quantized folder loads the same way (its quantization_config is in config.json), and an
+    onnx-int8 folder through ONNX Runtime.
     """
     from transformers import AutoTokenizer
 
@@ -38,9 +39,9 @@ def folder_task(model_dir: Path) -> Task:
 
 
 def _load(model_dir: Path, task: Task) -> Any:
-    from finesweep.trainer.models import auto_model_class
+    from finesweep.trainer.models import load_checkpoint
 
-    model = auto_model_class(task).from_pretrained(model_dir)
+    model = load_checkpoint(str(model_dir), task)  # an onnx-int8 folder runs in ONNX Runtime
     model.eval()
     if model.config.pad_token_id is None:
         # Heads such as GPT-2's classifier find each row's last token through the pad id; without it a batch fails.

@@ -1,5 +1,6 @@
 """Quantize a full-precision checkpoint and save it as a folder plain transformers loads: bitsandbytes int8 or
-NF4, or torchao int8 weight-only (a CPU deployment path).
+NF4, or torchao int8 weight-only (a CPU deployment path); or, for a classifier, an ONNX Runtime dynamic-int8 folder
+(trainer/onnx_runtime.py: the CPU path that serves faster than full precision).
 
 The quantization libraries are required here and only here (`_quantization_config`), so machines without them
 still import finesweep, and a missing install fails with one clear message. torchao is an optional extra: once
@@ -34,12 +35,16 @@ def quantize(full_dir: Path, method: Quantization, out_dir: Path, task: Task) ->
     if method == Quantization.none:
         raise ValueError("quantize() needs a quantization method; Quantization.none means: export the full model only")
     full_dir, out_dir = Path(full_dir), Path(out_dir)
+    if method == Quantization.onnx_int8:
+        from finesweep.trainer.onnx_runtime import export_int8
+
+        return export_int8(full_dir, out_dir, task)
     model = load_quantized(full_dir, method, task)
     # Save before any forward pass: on an AVX-512 bf16 CPU the first 4-bit forward repacks the weights in place,
     # and a folder saved after it reloads degraded (FACTS.md).
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
-    _copy_tokenizer(full_dir, out_dir)
+    copy_tokenizer(full_dir, out_dir)
     log.info("%s: saved %s quantization to %s", full_dir.name, method.value, out_dir)
     return out_dir
 
@@ -69,7 +74,8 @@ def _load_quantized(full_dir: Path, method: Quantization, task: Task, skip: list
 # The package each method needs, and how a user gets it.
 BACKENDS = {Quantization.int8: ("bitsandbytes", "pip install bitsandbytes"),
             Quantization.nf4: ("bitsandbytes", "pip install bitsandbytes"),
-            Quantization.torchao_int8: ("torchao", "pip install 'finesweep[torchao]'")}
+            Quantization.torchao_int8: ("torchao", "pip install 'finesweep[torchao]'"),
+            Quantization.onnx_int8: ("onnxruntime", "pip install onnxruntime onnx onnxscript")}
 
 
 def missing_backend(method: Quantization) -> str | None:
@@ -173,7 +179,7 @@ def _cpu_packable(out_features: int, in_features: int) -> bool:
     return out_features % CPU_PACK_ROWS == 0 and in_features % NF4_BLOCKSIZE == 0
 
 
-def _copy_tokenizer(source: Path, out_dir: Path) -> None:
+def copy_tokenizer(source: Path, out_dir: Path) -> None:
     """Save the tokenizer next to the weights, so the folder loads on its own."""
     from transformers import AutoTokenizer
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from finesweep.search.selection.deploy import FULL
 from finesweep.spaces import Quantization, SweepConfig, Task
 from finesweep.trainer.models import AUTO_CLASS_NAMES
 
-FULL = "full"
 ADAPTER = "adapter"
 CARD_EXAMPLES = 3
 CARD_TEXT_CHARS = 160
@@ -16,10 +16,13 @@ GENERATION_SCORES = {"gen_exact_match": "exact match", "gen_token_f1": "token F1
 
 
 def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, float]], warnings: list[str],
-               has_adapter: bool = False, examples: list[dict[str, str]] | None = None) -> str:
-    """README.md of the export folder: where the model came from, how it was chosen, how well each variant does.
+               has_adapter: bool = False, examples: list[dict[str, str]] | None = None,
+               deploy: dict[str, Any] | None = None) -> str:
+    """README.md of the export folder: where the model came from, how it was chosen, how well each variant does,
+    which one to deploy.
 
-    `examples` (causal_lm): the test prompts with their references and each variant's greedy answer."""
+    `examples` (causal_lm): the test prompts with their references and each variant's greedy answer; `deploy`: the
+    choice search/selection/deploy.py made."""
     task = Task(config.data.task)
     parts = [
         f"# {config.name}: fine-tuned {best.get('model', '?')}\n",
@@ -28,6 +31,7 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
         _origin_section(config, best, task),
         _params_section(best),
         _metrics_section(metrics, task, warnings),
+        _deploy_section(deploy) if deploy else "",
         _generation_section(metrics, examples) if examples else "",
         _usage_section(metrics, task),
         _adapter_section(config, best, task) if has_adapter else "",
@@ -74,18 +78,33 @@ def _params_section(best: dict) -> str:
 
 def _metrics_section(metrics: dict[str, dict[str, float]], task: Task, warnings: list[str]) -> str:
     names = ["accuracy", "f1_macro", "loss"] if task == Task.classification else ["loss", "perplexity"]
-    header = ["variant", "folder", *names, "size on disk", "linear layers", "latency (ms/sample, batch 32)"]
+    header = ["variant", "folder", *names, "size on disk", "linear layers", "ms/sample, batch 1", "ms/sample, batch 32"]
     lines = ["## Test metrics\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     full_linear = metrics.get(FULL, {}).get("linear_layers_bytes") or 0
     for variant, values in metrics.items():
-        linear = values.get("linear_layers_bytes") or 0
+        linear = values.get("linear_layers_bytes")
         smaller = f" ({full_linear / linear:.2f}x smaller)" if variant != FULL and linear else ""
         cells = [variant, f"`{variant_folder(variant)}`", *[_fmt(values.get(n)) for n in names],
-                 _size(values.get("size_bytes", 0)), _size(linear) + smaller, _fmt(values.get("latency_ms_per_sample"))]
+                 _size(values.get("size_bytes", 0)), (_size(linear) + smaller) if linear is not None else "n/a",
+                 _speed(values, "latency_ms_batch1", "speedup_batch1"),
+                 _speed(values, "ms_per_sample_batch32", "speedup_batch32")]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+    lines.append("Speed: a forward pass as a server runs it, on the device the export ran on, median of "
+                 "several timed passes after a warm-up; (x) is the speed-up over full precision.\n")
     lines += [f"> Warning: {w}" for w in warnings]
     return "\n".join(lines) + ("\n" if warnings else "")
+
+
+def _speed(values: dict[str, float], key: str, speedup: str) -> str:
+    if values.get(key) is None:
+        return ""
+    return _fmt(values[key]) + (f" ({values[speedup]:.2f}x)" if values.get(speedup) else "")
+
+
+def _deploy_section(deploy: dict[str, Any]) -> str:
+    variant = deploy["variant"]
+    return "\n".join(["## Deploy this\n", f"**`{variant_folder(variant)}`** ({variant}): {deploy['reason']}.\n"])
 
 
 def _generation_section(metrics: dict[str, dict[str, float]], examples: list[dict[str, str]]) -> str:
@@ -121,10 +140,11 @@ def _cell(text: str, keep_end: bool = False) -> str:
 
 def _usage_section(metrics: dict[str, dict[str, float]], task: Task) -> str:
     auto = AUTO_CLASS_NAMES[task]
-    lines = ["## How to load\n", "Every folder loads with plain transformers (weights are safetensors):\n"]
+    lines = ["## How to load\n", "The PyTorch folders load with plain transformers (weights are safetensors):\n"]
     from finesweep.trainer.quantize import BACKENDS
 
-    for variant in metrics:
+    torch_variants = [v for v in metrics if v != Quantization.onnx_int8.value]
+    for variant in torch_variants:
         if variant != FULL:
             package = BACKENDS[Quantization(variant)][0]
             lines.append(f"`{variant_folder(variant)}` is {package}-quantized ({variant}): also `pip install {package}`; "
@@ -133,7 +153,7 @@ def _usage_section(metrics: dict[str, dict[str, float]], task: Task) -> str:
         "```python",
         f"from transformers import AutoTokenizer, {auto}",
         "",
-        *[f'model = {auto}.from_pretrained("{variant_folder(v)}")  # {v}' for v in metrics],
+        *[f'model = {auto}.from_pretrained("{variant_folder(v)}")  # {v}' for v in torch_variants],
         f'tokenizer = AutoTokenizer.from_pretrained("{variant_folder(FULL)}")',
         "# inputs where the model is: bitsandbytes places a quantized model on the GPU when there is one",
         'inputs = tokenizer(["an example"], return_tensors="pt").to(model.device)',
@@ -141,7 +161,28 @@ def _usage_section(metrics: dict[str, dict[str, float]], task: Task) -> str:
         "```",
         "",
     ]
+    if Quantization.onnx_int8.value in metrics:
+        lines += _onnx_usage(variant_folder(Quantization.onnx_int8.value))
     return "\n".join(lines)
+
+
+def _onnx_usage(folder: str) -> list[str]:
+    """ONNX Runtime's own way: a session on the graph, the folder's tokenizer, the labels from its config.json."""
+    return [
+        f"`{folder}` runs in ONNX Runtime with dynamic int8 quantization (`pip install onnxruntime transformers`; "
+        "no torch needed):\n",
+        "```python",
+        "import onnxruntime",
+        "from transformers import AutoConfig, AutoTokenizer",
+        "",
+        f'session = onnxruntime.InferenceSession("{folder}/model.onnx")',
+        f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
+        'inputs = tokenizer(["an example"], return_tensors="np")',
+        'logits = session.run(["logits"], {i.name: inputs[i.name] for i in session.get_inputs()})[0]',
+        f'labels = [AutoConfig.from_pretrained("{folder}").id2label[int(i)] for i in logits.argmax(-1)]',
+        "```",
+        "",
+    ]
 
 
 def _adapter_section(config: SweepConfig, best: dict, task: Task) -> str:

@@ -107,12 +107,15 @@ class Console:
 
     def export_table(self, result) -> None:
         generated = any("gen_rouge_l" in m for m in result.metrics.values())  # causal_lm with generation_samples
-        columns = ["variant", "accuracy / perplexity", "loss", "size MB", "ms/sample"] + (["ROUGE-L"] if generated else [])
+        columns = ["variant", "accuracy / perplexity", "loss", "size MB", "ms/sample batch 1", "batch 32"] + (
+            ["ROUGE-L"] if generated else [])
         table = Table(*columns, title=f"Test split ({result.folder})")
         for variant, m in result.metrics.items():
             primary = m.get("accuracy", m.get("perplexity"))
             table.add_row(variant, _fmt(primary), _fmt(m.get("loss")), f"{m.get('size_bytes', 0) / 1e6:.1f}",
-                          _fmt(m.get("latency_ms_per_sample")), *([_fmt(m.get("gen_rouge_l"))] if generated else []))
+                          _timed(m, "latency_ms_batch1", "speedup_batch1"),
+                          _timed(m, "ms_per_sample_batch32", "speedup_batch32"),
+                          *([_fmt(m.get("gen_rouge_l"))] if generated else []))
         self.out.print(table)
         for warning in result.warnings:
             self.warn(warning)
@@ -189,3 +192,10 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1e-2 else f"{value:.4f}"
     return str(value)
+
+
+def _timed(metrics: dict[str, float], key: str, speedup: str) -> str:
+    """A speed cell: milliseconds per sample, and the speed-up over full precision when there is one."""
+    if metrics.get(key) is None:
+        return "-"
+    return f"{metrics[key]:.2f}" + (f" ({metrics[speedup]:.2f}x)" if metrics.get(speedup) else "")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from finesweep.search.outputs.card import ADAPTER, FULL, model_card, variant_folder
+from finesweep.search.selection.deploy import PRIMARY, deploy_choice, metric_loss, with_speedups
 from finesweep.spaces import Quantization, SweepConfig, Task
 from finesweep.spaces.files import write_json_atomic
 
@@ -21,8 +22,7 @@ log = logging.getLogger(__name__)
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 GENERATIONS = "generations.json"
-# The metric each task's warning watches, and whether a larger value is better.
-PRIMARY = {Task.classification: ("accuracy", True), Task.causal_lm: ("perplexity", False)}
+DEPLOY = "deploy.json"
 
 
 @dataclass
@@ -36,6 +36,8 @@ class ExportResult:
     """The LoRA adapter alone (weights, config, tokenizer), when the winner was a LoRA trial."""
     generations: Path | None = None
     """generations.json (causal_lm, export.generation_samples > 0): each variant's answers to the test prompts."""
+    deploy: dict[str, Any] = field(default_factory=dict)
+    """The variant to deploy (search/selection/deploy.py): fastest at batch 1 within export.max_metric_drop."""
 
     def variant_folder(self, variant: str) -> Path:
         return self.folder / variant_folder(variant)
@@ -75,16 +77,20 @@ def export_best(
     for method in _methods(config):
         folder = quantize(full_dir, method, _fresh(out_dir / f"model-{method.value}"), task)
         metrics[method.value], answers[method.value] = _measure(folder, task, test_split, collate, layers, samples)
+    metrics = with_speedups(metrics)
     warnings = drop_warnings(metrics, task, config.export.max_metric_drop)
     for warning in warnings:
         log.warning("export: %s", warning)
+    deploy = deploy_choice(metrics, task, config.export.max_metric_drop)
     examples = side_by_side(answers)
     generations = _write_generations(out_dir / GENERATIONS, metrics, examples)
     write_json_atomic(out_dir / "metrics.json", metrics)
+    write_json_atomic(out_dir / DEPLOY, deploy)
     write_json_atomic(out_dir / "sweep.json", config.model_dump(mode="json"))
-    card = model_card(config, best, metrics, warnings, adapter is not None, examples)
+    card = model_card(config, best, metrics, warnings, adapter is not None, examples, deploy)
     (out_dir / "README.md").write_text(card, encoding="utf-8")
-    return ExportResult(folder=out_dir, metrics=metrics, warnings=warnings, adapter=adapter, generations=generations)
+    return ExportResult(folder=out_dir, metrics=metrics, warnings=warnings, adapter=adapter, generations=generations,
+                        deploy=deploy)
 
 
 def check_backends(config: SweepConfig) -> None:
@@ -210,19 +216,21 @@ def _tokenizer(source: Path, trust_remote_code: bool) -> Any:
 def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layers: list[str],
              samples: int = 0) -> tuple[dict[str, float], list[dict[str, str]]]:
     """Test metrics, size on disk (whole model and its linear `layers`, which quantization shrinks while the
-    embeddings stay as they are) and latency of the model saved in `folder`, loaded as a user would; with
-    `samples`, also its greedy answers to that many test prompts and their scores (gen_*)."""
+    embeddings stay as they are), serving speed at batch 1 and 32 of the model saved in `folder`, loaded as a user
+    would; with `samples`, also its greedy answers to that many test prompts and their scores (gen_*)."""
     import torch
 
-    from finesweep.trainer.evaluate import evaluate, folder_size_bytes, layer_bytes, saved_tensors
+    from finesweep.trainer.evaluate import evaluate, folder_size_bytes, layer_bytes, saved_tensors, serving_speed
     from finesweep.trainer.models import load_checkpoint
 
     model = load_checkpoint(str(folder), task)
-    if torch.cuda.is_available() and not getattr(model, "is_quantized", False):
+    if torch.cuda.is_available() and isinstance(model, torch.nn.Module) and not getattr(model, "is_quantized", False):
         model.to("cuda")  # quantized ones load onto the GPU already; same device keeps the latencies comparable
     metrics = evaluate(model, test_split, collate, task)
+    metrics.update(serving_speed(model, test_split, collate))
     metrics["size_bytes"] = float(folder_size_bytes(folder))
-    metrics["linear_layers_bytes"] = float(layer_bytes(saved_tensors(folder), layers))
+    if tensors := saved_tensors(folder):  # an ONNX graph names its transposed weights anew: no per-layer figure
+        metrics["linear_layers_bytes"] = float(layer_bytes(tensors, layers))
     examples = _generate(model, folder, test_split, samples, metrics) if samples else []
     del model
     gc.collect()
@@ -267,11 +275,11 @@ def drop_warnings(metrics: dict[str, dict[str, float]], task: Task, max_drop: fl
     full = metrics[FULL][name]
     warnings = []
     for variant, values in metrics.items():
-        if variant == FULL:
+        loss = metric_loss(full, values[name], higher_is_better)
+        if variant == FULL or loss <= max_drop:
             continue
-        if higher_is_better and full - values[name] > max_drop:
-            warnings.append(f"{variant}: {name} fell by {full - values[name]:.3f} (> export.max_metric_drop {max_drop:g})")
-        elif not higher_is_better and (values[name] - full) / full > max_drop:
-            rise = (values[name] - full) / full
-            warnings.append(f"{variant}: {name} rose by {rise:.1%} (> export.max_metric_drop {max_drop:g}, relative)")
+        if higher_is_better:
+            warnings.append(f"{variant}: {name} fell by {loss:.3f} (> export.max_metric_drop {max_drop:g})")
+        else:
+            warnings.append(f"{variant}: {name} rose by {loss:.1%} (> export.max_metric_drop {max_drop:g}, relative)")
     return warnings

@@ -1,8 +1,8 @@
 """The MLflow model registry: every exported variant becomes a new version of the sweep's registered model.
 
-Each variant (full, int8, nf4) is logged with MLflow's transformers flavor as a logged model of the sweep's
-parent run, so `mlflow.transformers.load_model("models:/<name>@<variant>")` and `mlflow models serve` work on
-it; its test metrics and the winning evaluation are tags of the version; the alias `<variant>` moves to the
+Each variant (full, int8, nf4) is logged with MLflow's transformers flavor, onnx-int8 with its onnx flavor, as a
+logged model of the sweep's parent run, so `mlflow.transformers.load_model("models:/<name>@<variant>")` (or
+`mlflow.onnx.load_model`) and `mlflow models serve` work on it; its test metrics and the winning evaluation are tags of the version; the alias `<variant>` moves to the
 newest version of that variant. An export registered again (`finesweep export`) adds versions.
 """
 
@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import VARIANT_TAG
@@ -41,23 +41,49 @@ def register_export(config: SweepConfig, tracker: Tracker, experiment_id: str, r
     registered = []
     with _fluent_tracking(tracker.uri):
         for variant, values in metrics.items():
-            pipeline = _pipeline(export_dir, variant, task)
-            registered.append(_register_variant(tracker, experiment_id, run_id, name, task, variant, pipeline,
-                                                _card(export_dir), values, best))
+            log_model = (_onnx_logger(export_dir, variant) if _is_onnx(export_dir, variant)
+                         else _transformers_logger(export_dir, variant, task))
+            registered.append(_register_variant(tracker, experiment_id, run_id, name, variant, log_model, values, best))
     return registered
 
 
-def _register_variant(tracker: Tracker, experiment_id: str, run_id: str, name: str, task: Task, variant: str,
-                      pipeline, card, metrics: dict[str, float], best: dict) -> RegisteredVersion:
+def _transformers_logger(export_dir: Path, variant: str, task: Task) -> Callable[..., Any]:
+    """Logs the variant with MLflow's transformers flavor, as a pipeline with the export's model card."""
     import mlflow
 
+    pipeline, card = _pipeline(export_dir, variant, task), _card(export_dir)
+    names = ["transformers", "torch", "accelerate", "safetensors"] + ([] if variant == "full" else ["bitsandbytes"])
+    return lambda **where: mlflow.transformers.log_model(pipeline, model_card=card, task=PIPELINE_TASK[task],
+                                                         pip_requirements=_requirements(names), **where)
+
+
+def _is_onnx(export_dir: Path, variant: str) -> bool:
+    from finesweep.trainer.onnx_runtime import is_onnx_folder
+
+    return variant != "full" and is_onnx_folder(export_dir / f"model-{variant}")
+
+
+def _onnx_logger(export_dir: Path, variant: str) -> Callable[..., Any]:
+    """Logs the variant with MLflow's onnx flavor (`mlflow.onnx.load_model`, `mlflow models serve`), its tokenizer
+    and config.json beside the graph as extra files."""
+    import mlflow
+    import onnx
+
+    from finesweep.trainer.onnx_runtime import ONNX_FILE
+
+    folder = export_dir / f"model-{variant}"
+    graph = onnx.load(str(folder / ONNX_FILE))
+    extra = [str(path) for path in sorted(folder.iterdir()) if path.name != ONNX_FILE]
+    return lambda **where: mlflow.onnx.log_model(graph, extra_files=extra,
+                                                 pip_requirements=_requirements(["onnxruntime", "onnx"]), **where)
+
+
+def _register_variant(tracker: Tracker, experiment_id: str, run_id: str, name: str, variant: str,
+                      log_model: Callable[..., Any], metrics: dict[str, float], best: dict) -> RegisteredVersion:
     client = tracker.client
     logged = client.create_logged_model(experiment_id, name=f"{name}-{variant}", source_run_id=run_id,
                                         tags={VARIANT_TAG: variant})
-    info = mlflow.transformers.log_model(
-        pipeline, name=variant, model_card=card, model_id=logged.model_id, run_id=run_id, task=PIPELINE_TASK[task],
-        registered_model_name=name, pip_requirements=_requirements(variant),
-    )
+    info = log_model(name=variant, model_id=logged.model_id, run_id=run_id, registered_model_name=name)
     version = str(info.registered_model_version)
     tags = {VARIANT_TAG: variant, **{f"test_{k}": f"{v:.6g}" for k, v in metrics.items()},
             **{f"best_{k}": str(best.get(k)) for k in BEST_TAGS}}
@@ -88,9 +114,9 @@ def _card(export_dir: Path):
     return ModelCard((export_dir / "README.md").read_text(encoding="utf-8"))
 
 
-def _requirements(variant: str) -> list[str]:
-    """Pinned from this environment: MLflow would otherwise infer them by loading the model in a subprocess."""
-    names = ["transformers", "torch", "accelerate", "safetensors"] + ([] if variant == "full" else ["bitsandbytes"])
+def _requirements(names: list[str]) -> list[str]:
+    """The packages pinned from this environment: MLflow would otherwise infer them by loading the model in a
+    subprocess."""
     pins = []
     for package in names:
         try:

@@ -14,6 +14,7 @@ BEST_STEP_TAG = "finesweep.best_step"
 BEST_TRIAL_TAG = "finesweep.best_trial"
 RULE_TAG = "finesweep.pick_rule"
 PICK_TAG = "finesweep.pick"
+DEPLOY_TAG = "finesweep.deploy_variant"  # the export variant to serve: fastest within export.max_metric_drop
 
 # Each trial's nested run
 TRIAL_TAG = "finesweep.trial_id"

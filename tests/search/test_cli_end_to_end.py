@@ -122,9 +122,10 @@ def test_export_reloads_with_plain_transformers_and_predicts(finished_sweep):
     for name in ("README.md", "metrics.json", "sweep.json", "model/model.safetensors", "model-int8/model.safetensors"):
         assert (export / name).is_file(), name
     metrics = json.loads((export / "metrics.json").read_text())
-    assert set(metrics) == {"full", "int8"} and 0 <= metrics["int8"]["accuracy"] <= 1
+    assert set(metrics) == {"full", "int8", "onnx-int8"} and 0 <= metrics["int8"]["accuracy"] <= 1
+    assert all(m["latency_ms_batch1"] > 0 and m["ms_per_sample_batch32"] > 0 for m in metrics.values())
     card = (export / "README.md").read_text()
-    assert "learning_rate" in card and "int8" in card
+    assert "learning_rate" in card and "int8" in card and "onnxruntime.InferenceSession" in card
     for variant in ("model", "model-int8"):
         model = AutoModelForSequenceClassification.from_pretrained(export / variant)
         tokenizer = AutoTokenizer.from_pretrained(export / variant)
@@ -133,6 +134,27 @@ def test_export_reloads_with_plain_transformers_and_predicts(finished_sweep):
             # model.device: on a GPU machine bitsandbytes puts the int8 model on CUDA, as the card's snippet says
             logits = model(**tokenizer(["i love this great movie"], return_tensors="pt").to(model.device)).logits
         assert logits.shape == (1, 3)
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(export / "model-onnx-int8" / "model.onnx"))
+    inputs = AutoTokenizer.from_pretrained(export / "model-onnx-int8")(["i love this great movie"], return_tensors="np")
+    assert session.run(["logits"], {i.name: inputs[i.name] for i in session.get_inputs()})[0].shape == (1, 3)
+
+
+def test_the_export_names_the_variant_to_deploy_everywhere(finished_sweep):
+    """deploy.json, the model card, the parent run and summary.json name one variant: the fastest at batch 1 whose
+    accuracy is within export.max_metric_drop of full precision's."""
+    _, sweep_dir, _ = finished_sweep
+    export = sweep_dir / "export"
+    metrics, deploy = (json.loads((export / name).read_text()) for name in ("metrics.json", "deploy.json"))
+    variant = deploy["variant"]
+    within = [v for v, m in metrics.items() if metrics["full"]["accuracy"] - m["accuracy"] <= 0.01]
+    assert variant == min(within, key=lambda v: metrics[v]["latency_ms_batch1"])
+    assert deploy["speedup_batch1"] == pytest.approx(metrics["full"]["latency_ms_batch1"] / metrics[variant]["latency_ms_batch1"])
+    assert f"## Deploy this\n\n**`{'model' if variant == 'full' else 'model-' + variant}`** ({variant})" in (export / "README.md").read_text()
+    assert json.loads((sweep_dir / "summary.json").read_text())["deploy"]["variant"] == variant
+    client, state = store(sweep_dir)
+    assert client.get_run(state["parent_run_id"]).data.tags["finesweep.deploy_variant"] == variant
 
 
 def test_predict_and_status_commands(finished_sweep):

@@ -60,7 +60,7 @@ def test_a_missing_quantization_library_is_a_sweep_file_error_before_anything_ru
 
     (tmp_path / "model").mkdir()  # the paths exist: the check under test is what stops the sweep
     (tmp_path / "data.csv").write_text("text,label\n")
-    (tmp_path / "sweep.yaml").write_text(SWEEP.replace("quantization: [int8]", "quantization: [int8, torchao-int8]"))
+    (tmp_path / "sweep.yaml").write_text(SWEEP.replace("quantization: [int8, onnx-int8]", "quantization: [int8, torchao-int8]"))
     done = finesweep("run", "sweep.yaml", cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "export.quantization: torchao-int8" in done.stderr and "pip install 'finesweep[torchao]'" in done.stderr
