@@ -319,7 +319,7 @@ DEFAULT_QUANTIZATION = {Task.classification: [Quantization.int8, Quantization.on
 class ExportConfig(_Section):
     """What is done with the best checkpoint."""
 
-    quantization: list[Quantization] = Field([Quantization.int8], min_length=1, description="Quantized exports to make and measure: none, int8 and nf4 (bitsandbytes), torchao-int8 (CPU deployment; needs the torchao extra), onnx-int8 (classifiers: ONNX Runtime dynamic int8, the fast CPU path). Unset: int8 and onnx-int8 for classification, int8 for causal_lm.")
+    quantization: list[Quantization] = Field(DEFAULT_QUANTIZATION[Task.classification], min_length=1, description="Quantized exports to make and measure: none, int8 and nf4 (bitsandbytes), torchao-int8 (CPU deployment; needs the torchao extra), onnx-int8 (classifiers: ONNX Runtime dynamic int8, the fast CPU path). Unset: int8 and onnx-int8 for classification, int8 alone for causal_lm.")
     output_dir: str | None = Field(None, description="Export folder; unset = <sweep folder>/export.")
     max_metric_drop: float = Field(0.01, ge=0, description="Warn when a quantized model's metric falls by more than this.")
     generation_samples: int = Field(32, ge=0, description="causal_lm: greedy answers to the first this many test prompts, from the full model and each quantized one, scored against the references (exact match, token F1, ROUGE-L) and shown side by side in the model card; 0 = off.")

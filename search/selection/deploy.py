@@ -33,7 +33,7 @@ def with_speedups(metrics: dict[str, dict[str, float]]) -> dict[str, dict[str, f
     for variant, values in metrics.items():
         values = dict(values)
         for key, speedup in ((LATENCY, "speedup_batch1"), (THROUGHPUT, "speedup_batch32")):
-            if values.get(key) and full.get(key):
+            if variant != FULL and values.get(key) and full.get(key):
                 values[speedup] = full[key] / values[key]
         out[variant] = values
     return out

@@ -163,21 +163,24 @@ def test_predict_and_status_commands(finished_sweep):
     predicted = finesweep("predict", str(sweep_dir / "export" / "model"), "so happy and great", cwd=folder)
     assert predicted.returncode == 0, predicted.stderr
     assert any(label in predicted.stdout for label in ("negative", "neutral", "positive"))
+    predicted = finesweep("predict", str(sweep_dir / "export" / "model-onnx-int8"), "so happy and great", cwd=folder)
+    assert predicted.returncode == 0 and any(label in predicted.stdout for label in ("negative", "neutral", "positive"))
     status = finesweep("status", "sweep.yaml", cwd=folder)
     assert status.returncode == 0, status.stderr
     assert status.stdout.count("trial-") == NUM_TRIALS and "best: trial" in status.stdout
 
 
 def test_each_exported_variant_is_a_registered_model_version(finished_sweep):
-    """full and int8 are versions of the registered model `tiny`, with test metrics as tags and the variant as
-    alias; the registered full model loads through MLflow's transformers flavor and predicts a label."""
+    """full, int8 and onnx-int8 are versions of the registered model `tiny`, with test metrics as tags and the
+    variant as alias; the registered full model loads through MLflow's transformers flavor and predicts a label, the
+    onnx-int8 one through its onnx flavor as the int8 graph."""
     import mlflow
 
     _, sweep_dir, _ = finished_sweep
     client, state = store(sweep_dir)
     metrics = json.loads((sweep_dir / "export" / "metrics.json").read_text())
     versions = {v.tags["finesweep.variant"]: v for v in client.search_model_versions("name = 'tiny'")}
-    assert set(versions) == {"full", "int8"}
+    assert set(versions) == {"full", "int8", "onnx-int8"}
     for variant, version in versions.items():
         assert version.run_id == state["parent_run_id"]
         assert float(version.tags["test_accuracy"]) == pytest.approx(metrics[variant]["accuracy"], rel=1e-5)
@@ -186,6 +189,8 @@ def test_each_exported_variant_is_a_registered_model_version(finished_sweep):
     mlflow.set_registry_uri(state["tracking_uri"])
     classify = mlflow.transformers.load_model("models:/tiny@full")
     assert classify("so happy and great")[0]["label"] in {"negative", "neutral", "positive"}
+    graph = mlflow.onnx.load_model("models:/tiny@onnx-int8")
+    assert "MatMulInteger" in {node.op_type for node in graph.graph.node}
 
 
 def test_export_command_exports_a_finished_sweep_again(finished_sweep, tmp_path):
