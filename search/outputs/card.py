@@ -78,7 +78,9 @@ def _params_section(best: dict) -> str:
 
 def _metrics_section(metrics: dict[str, dict[str, float]], task: Task, warnings: list[str]) -> str:
     names = ["accuracy", "f1_macro", "loss"] if task == Task.classification else ["loss", "perplexity"]
-    header = ["variant", "folder", *names, "size on disk", "linear layers", "ms/sample, batch 1", "ms/sample, batch 32"]
+    decode = task == Task.causal_lm
+    header = ["variant", "folder", *names, "size on disk", "linear layers", "ms/sample, batch 1", "ms/sample, batch 32",
+              *(["ms/generated token"] if decode else [])]
     lines = ["## Test metrics\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     full_linear = metrics.get(FULL, {}).get("linear_layers_bytes") or 0
     for variant, values in metrics.items():
@@ -87,11 +89,13 @@ def _metrics_section(metrics: dict[str, dict[str, float]], task: Task, warnings:
         cells = [variant, f"`{variant_folder(variant)}`", *[_fmt(values.get(n)) for n in names],
                  _size(values.get("size_bytes", 0)), (_size(linear) + smaller) if linear is not None else "n/a",
                  _speed(values, "latency_ms_batch1", "speedup_batch1"),
-                 _speed(values, "ms_per_sample_batch32", "speedup_batch32")]
+                 _speed(values, "ms_per_sample_batch32", "speedup_batch32"),
+                 *([_speed(values, "ms_per_generated_token", "speedup_decode")] if decode else [])]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("Speed: a forward pass as a server runs it, on the device the export ran on, median of "
-                 "several timed passes after a warm-up; (x) is the speed-up over full precision.\n")
+                 "several timed passes after a warm-up" + ("; generated token: greedy decoding of 32 tokens at "
+                 "batch 1 from the first test prompt" if decode else "") + "; (x) is the speed-up over full precision.\n")
     lines += [f"> Warning: {w}" for w in warnings]
     return "\n".join(lines) + ("\n" if warnings else "")
 

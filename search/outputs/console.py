@@ -107,14 +107,16 @@ class Console:
 
     def export_table(self, result) -> None:
         generated = any("gen_rouge_l" in m for m in result.metrics.values())  # causal_lm with generation_samples
+        decoded = any("ms_per_generated_token" in m for m in result.metrics.values())  # causal_lm
         columns = ["variant", "accuracy / perplexity", "loss", "size MB", "ms/sample batch 1", "batch 32"] + (
-            ["ROUGE-L"] if generated else [])
+            ["ms/token generated"] if decoded else []) + (["ROUGE-L"] if generated else [])
         table = Table(*columns, title=f"Test split ({result.folder})")
         for variant, m in result.metrics.items():
             primary = m.get("accuracy", m.get("perplexity"))
             table.add_row(variant, _fmt(primary), _fmt(m.get("loss")), f"{m.get('size_bytes', 0) / 1e6:.1f}",
                           _timed(m, "latency_ms_batch1", "speedup_batch1"),
                           _timed(m, "ms_per_sample_batch32", "speedup_batch32"),
+                          *([_timed(m, "ms_per_generated_token", "speedup_decode")] if decoded else []),
                           *([_fmt(m.get("gen_rouge_l"))] if generated else []))
         self.out.print(table)
         for warning in result.warnings:

@@ -228,6 +228,10 @@ def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layer
         model.to("cuda")  # quantized ones load onto the GPU already; same device keeps the latencies comparable
     metrics = evaluate(model, test_split, collate, task)
     metrics.update(serving_speed(model, test_split, collate))
+    if task == Task.causal_lm:  # what a chat server spends its time on
+        from finesweep.trainer.generate import decode_speed
+
+        metrics.update(decode_speed(model, test_split))
     metrics["size_bytes"] = float(folder_size_bytes(folder))
     if tensors := saved_tensors(folder):  # an ONNX graph names its transposed weights anew: no per-layer figure
         metrics["linear_layers_bytes"] = float(layer_bytes(tensors, layers))

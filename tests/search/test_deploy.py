@@ -19,7 +19,8 @@ def test_the_fastest_variant_within_the_tolerance_wins_and_its_speedups_are_full
     assert choice["variant"] == "onnx-int8"
     assert choice["speedup_batch1"] == pytest.approx(4.0) and choice["speedup_batch32"] == pytest.approx(2.0)
     assert metrics["int8"]["speedup_batch1"] == pytest.approx(0.5) and "speedup_batch1" not in metrics["full"]
-    assert "4.00x full precision at batch 1" in choice["reason"]
+    assert "4.00x at batch 1, 2.00x at batch 32 against full precision" in choice["reason"]
+    assert choice["ranked_by"] == "latency_ms_batch1" and "speedup_decode" not in choice
 
 
 def test_a_faster_variant_that_loses_too_much_is_passed_over_and_named():
@@ -34,7 +35,21 @@ def test_full_precision_when_nothing_quantized_is_faster():
     metrics = measured(full=(0.80, 6.0, 2.0), int8=(0.80, 12.0, 4.0), nf4=(0.80, 7.0, 3.0))
     choice = deploy_choice(metrics, Task.classification, 0.01)
     assert choice["variant"] == "full" and choice["speedup_batch1"] == pytest.approx(1.0)
-    assert choice["reason"].startswith("no quantized variant answers faster")
+    assert choice["reason"].startswith("no quantized variant is faster at batch 1")
+
+
+def test_a_causal_lm_is_ranked_by_its_greedy_decoding_not_its_forward_pass():
+    metrics = with_speedups({
+        "full": {"perplexity": 10.0, "latency_ms_batch1": 50.0, "ms_per_generated_token": 80.0},
+        "int8": {"perplexity": 10.02, "latency_ms_batch1": 30.0, "ms_per_generated_token": 120.0},
+        "nf4": {"perplexity": 10.04, "latency_ms_batch1": 60.0, "ms_per_generated_token": 40.0}})
+    choice = deploy_choice(metrics, Task.causal_lm, 0.01)
+    assert choice["variant"] == "nf4" and choice["ranked_by"] == "ms_per_generated_token"
+    assert choice["speedup_decode"] == pytest.approx(2.0) and metrics["int8"]["speedup_decode"] == pytest.approx(80 / 120)
+    assert "fastest at greedy decoding, batch 1" in choice["reason"]
+    # An export without decode timings (none for some variant) falls back to the forward pass at batch 1.
+    del metrics["nf4"]["ms_per_generated_token"]
+    assert deploy_choice(metrics, Task.causal_lm, 0.01)["variant"] == "int8"
 
 
 def test_perplexity_is_judged_by_its_relative_rise():

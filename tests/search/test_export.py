@@ -121,6 +121,10 @@ def test_export_merges_a_lora_adapter_causal_lm(tiny_causal_lm, tmp_path):
         collate=causal_lm_collate(tokenizer), best={**BEST, "metric": "eval_loss", "value": 5.5}, out_dir=tmp_path / "out",
     )
     assert set(result.metrics) == {"full", "int8", "nf4"}
+    # A causal LM's deploy pick ranks its variants by greedy decoding, which each of them was timed at.
+    assert all(m["ms_per_generated_token"] > 0 for m in result.metrics.values())
+    assert result.deploy["ranked_by"] == "ms_per_generated_token" and "speedup_decode" in result.metrics["int8"]
+    assert "ms/generated token" in (tmp_path / "out" / "README.md").read_text()
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "model")
     assert not any("lora" in name for name, _ in merged.named_parameters())
     base = AutoModelForCausalLM.from_pretrained(tiny_causal_lm)

@@ -117,3 +117,34 @@ def test_score_generation_keeps_prompts_within_the_context(tiny_lm):
     row = {"input_ids": list(range(5, 125)) + [7, 8], "labels": [I] * 120 + [7, 8]}
     _, examples = score_generation(model, tokenizer, [row], limit=1, max_new_tokens=20)
     assert len(examples) == 1 and isinstance(examples[0]["generated"], str)
+
+
+def test_decode_speed_times_a_fixed_number_of_greedy_tokens(tiny_causal_lm, monkeypatch):
+    """Every variant writes exactly DECODE_TOKENS tokens from the same prompt (end-of-sequence held off), so the
+    milliseconds per token compare across variants."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from finesweep.trainer.generate import DECODE_REPEATS, decode_speed
+    from tests.exports import causal_lm_split
+
+    import torch
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_causal_lm)
+    split = causal_lm_split(AutoTokenizer.from_pretrained(tiny_causal_lm), 4)
+    # The model's end-of-sequence becomes the very token greedy decoding writes first: only holding it off gives 12.
+    prompt = [i for i, label in zip(split[0]["input_ids"], split[0]["labels"]) if label == -100]
+    with torch.no_grad():
+        model.generation_config.eos_token_id = int(model(torch.tensor([prompt])).logits[0, -1].argmax())
+    lengths = []
+    generate = model.generate
+
+    def counted(**kwargs):
+        output = generate(**kwargs)
+        lengths.append(output.shape[1] - kwargs["input_ids"].shape[1])
+        return output
+
+    monkeypatch.setattr(model, "generate", counted)
+    speed = decode_speed(model, split, new_tokens=12)
+    assert speed["ms_per_generated_token"] > 0
+    assert lengths == [12] * (DECODE_REPEATS + 1)
+    assert decode_speed(model, [], new_tokens=12) == {}
