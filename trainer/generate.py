@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
-from finesweep.trainer.evaluate import IGNORE_INDEX
+from finesweep.trainer.evaluate import IGNORE_INDEX, median_seconds
 
 if TYPE_CHECKING:
     import torch
@@ -159,9 +159,9 @@ def generate_answers(model: Any, tokenizer: Any, prompt_ids: list[list[int]], ma
     return answers
 
 
-# Greedy decoding speed: this many new tokens after the first test prompt, timed DECODE_REPEATS times after an
-# untimed run, the median kept. Every variant writes exactly this many (end-of-sequence is held off), so their
-# times compare.
+# Greedy decoding speed: this many new tokens after the first test prompt, timed as evaluate.median_seconds times
+# (up to DECODE_REPEATS runs after an untimed one, within its time budget). Every variant writes exactly this many
+# (end-of-sequence is held off), so their times compare.
 DECODE_TOKENS = 32
 DECODE_REPEATS = 3
 
@@ -169,9 +169,6 @@ DECODE_REPEATS = 3
 def decode_speed(model: Any, split: Iterable[dict[str, Any]], new_tokens: int = DECODE_TOKENS) -> dict[str, float]:
     """Milliseconds per generated token of greedy decoding at batch 1 from the split's first prompt, as a chat
     server runs it (prefill included, spread over the tokens); {} when the split has no usable prompt."""
-    import statistics
-    import time
-
     import torch
 
     pairs = prompts_and_references(split, 1)
@@ -185,17 +182,13 @@ def decode_speed(model: Any, split: Iterable[dict[str, Any]], new_tokens: int = 
         eos = getattr(generation, "eos_token_id", None)
         pad_id = eos[0] if isinstance(eos, list) else eos
     model.eval()
-    seconds = []
-    with torch.inference_mode():
-        for repeat in range(DECODE_REPEATS + 1):
-            start = time.perf_counter()
+
+    def decode() -> None:
+        with torch.inference_mode():
             model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False, num_beams=1,
                            max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=pad_id)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if repeat:  # the first run warms up
-                seconds.append(time.perf_counter() - start)
-    return {"ms_per_generated_token": 1000 * statistics.median(seconds) / new_tokens}
+
+    return {"ms_per_generated_token": 1000 * median_seconds(decode, device, DECODE_REPEATS) / new_tokens}
 
 
 def _left_padded(rows: list[list[int]], pad_id: int) -> tuple["torch.Tensor", "torch.Tensor"]:

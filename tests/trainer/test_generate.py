@@ -146,5 +146,5 @@ def test_decode_speed_times_a_fixed_number_of_greedy_tokens(tiny_causal_lm, monk
     monkeypatch.setattr(model, "generate", counted)
     speed = decode_speed(model, split, new_tokens=12)
     assert speed["ms_per_generated_token"] > 0
-    assert lengths == [12] * (DECODE_REPEATS + 1)
+    assert set(lengths) == {12} and 2 <= len(lengths) <= DECODE_REPEATS + 1  # a warm-up and timed runs
     assert decode_speed(model, [], new_tokens=12) == {}

@@ -183,3 +183,23 @@ def test_predict_classification_labels(quantized_classifiers):
     out = predict(quantized_classifiers["nf4"], ["i love this great movie", "awful and sad"])
     assert [set(o) for o in out] == [{"label", "score"}] * 2
     assert all(o["label"] in LABELS and 0 < o["score"] <= 1 for o in out)
+
+
+def test_speed_timing_warms_up_then_stops_at_its_repeats_or_its_time_budget():
+    import time
+
+    import torch
+
+    from finesweep.trainer.evaluate import median_seconds
+
+    calls = []
+
+    def work() -> None:
+        calls.append(1)
+        time.sleep(0.05 if len(calls) > 1 else 0.3)  # the untimed first run is the slow one, and is not counted
+
+    assert median_seconds(work, torch.device("cpu"), repeats=5, budget=0.12) < 0.2
+    assert len(calls) == 4  # the warm-up, then three timed runs: 0.15 s passes the 0.12 s budget
+    calls.clear()
+    median_seconds(work, torch.device("cpu"), repeats=2, budget=10.0)
+    assert len(calls) == 3  # the warm-up and the two repeats asked for
