@@ -27,8 +27,9 @@ ONNX_FILE = "model.onnx"
 INPUTS = ("input_ids", "attention_mask")
 # The example batch the exporter traces: two rows of eight tokens, so neither dimension is specialised to 1.
 EXAMPLE_SHAPE = (2, 8)
-# The exporter lists, once per process, the torchvision operators it skips when torchvision is not installed.
-EXPORTER_LOGGER = "torch.onnx._internal.exporter._registration"
+# The exporter lists, once per process, the torchvision operators it skips when torchvision is not installed (a
+# warning of a logger under torch.onnx, which the quieted level reaches).
+EXPORTER_LOGGER = "torch.onnx"
 
 
 def is_onnx_folder(folder: Path) -> bool:
