@@ -218,12 +218,14 @@ def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, par
 
 
 def _record_deploy(tracker: Tracker, parent: str, deploy: dict[str, Any], console: Console) -> None:
-    """The variant to serve, on the parent run (a tag, and its speed-up as a metric) and on the console."""
+    """The variant to serve, on the parent run (a tag, and its speed-ups as metrics: deploy_speedup_batch1, ...) and
+    on the console."""
     if not deploy:
         return
     tracker.set_tags(parent, {DEPLOY_TAG: deploy["variant"]})
-    if deploy.get("speedup_batch1"):
-        tracker.log_metrics(parent, {"deploy_speedup_batch1": deploy["speedup_batch1"]}, 0)
+    speedups = {f"deploy_{key}": value for key, value in deploy.items() if key.startswith("speedup_") and value}
+    if speedups:
+        tracker.log_metrics(parent, speedups, 0)
     console.step(f"Deploy: {deploy['variant']} ({deploy['reason']})")
 
 

@@ -37,7 +37,8 @@ class ExportResult:
     generations: Path | None = None
     """generations.json (causal_lm, export.generation_samples > 0): each variant's answers to the test prompts."""
     deploy: dict[str, Any] = field(default_factory=dict)
-    """The variant to deploy (search/selection/deploy.py): fastest at batch 1 within export.max_metric_drop."""
+    """The variant to deploy (search/selection/deploy.py): the fastest (a classifier at batch 1, a causal LM at
+    greedy decoding) within export.max_metric_drop."""
 
     def variant_folder(self, variant: str) -> Path:
         return self.folder / variant_folder(variant)

@@ -154,7 +154,9 @@ def test_the_export_names_the_variant_to_deploy_everywhere(finished_sweep):
     assert f"## Deploy this\n\n**`{'model' if variant == 'full' else 'model-' + variant}`** ({variant})" in (export / "README.md").read_text()
     assert json.loads((sweep_dir / "summary.json").read_text())["deploy"]["variant"] == variant
     client, state = store(sweep_dir)
-    assert client.get_run(state["parent_run_id"]).data.tags["finesweep.deploy_variant"] == variant
+    parent = client.get_run(state["parent_run_id"]).data
+    assert parent.tags["finesweep.deploy_variant"] == variant
+    assert parent.metrics["deploy_speedup_batch1"] == pytest.approx(deploy["speedup_batch1"])
 
 
 def test_predict_and_status_commands(finished_sweep):
