@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from finesweep.spaces import Method, ModelCandidate, Precision, Task
@@ -13,6 +14,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Heads stay in full precision in every quantized variant: they are tiny and their rounding moves every prediction.
+HEAD_MODULES = ["classifier", "score"]
 # The transformers auto class a model of each task loads with (by name: the model card writes it in its code).
 AUTO_CLASS_NAMES = {Task.classification: "AutoModelForSequenceClassification", Task.causal_lm: "AutoModelForCausalLM"}
 
@@ -41,6 +44,13 @@ def model_source(candidate: ModelCandidate, trust_remote_code: bool) -> tuple[st
     if candidate.revision:
         kwargs["revision"] = candidate.revision
     return candidate.path or candidate.hub_id, kwargs  # type: ignore[return-value]
+
+
+def copy_tokenizer(source: str | Path, out_dir: str | Path) -> None:
+    """Save the tokenizer next to the weights, so the folder loads on its own."""
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(source).save_pretrained(out_dir)
 
 
 def load_tokenizer(candidate: ModelCandidate, trust_remote_code: bool = False) -> "PreTrainedTokenizerBase":

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 from typing import Any, Iterator
 
 from finesweep.spaces import Task
+from finesweep.trainer.models import HEAD_MODULES, copy_tokenizer, load_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,6 @@ def export_int8(full_dir: Path, out_dir: Path, task: Task) -> Path:
             quantize_dynamic(graph, out_dir / ONNX_FILE, weight_type=QuantType.QInt8,
                              nodes_to_exclude=_head_nodes(graph))
     shutil.copy2(full_dir / "config.json", out_dir / "config.json")  # labels, architecture: what the folder is
-    from finesweep.trainer.quantize import copy_tokenizer
-
     copy_tokenizer(full_dir, out_dir)
     log.info("%s: saved onnx-int8 to %s", full_dir.name, out_dir)
     return out_dir
@@ -64,8 +63,6 @@ def export_int8(full_dir: Path, out_dir: Path, task: Task) -> Path:
 def _export_graph(full_dir: Path, path: Path) -> None:
     """torch's exporter on the full model (float32, CPU, eval mode), batch and sequence length dynamic."""
     import torch
-
-    from finesweep.trainer.models import load_checkpoint
 
     model = load_checkpoint(str(full_dir), Task.classification, dtype=torch.float32).eval()
     example = {"input_ids": torch.randint(0, model.config.vocab_size, EXAMPLE_SHAPE),
@@ -96,8 +93,6 @@ def _head_nodes(graph: Path) -> list[str]:
     """The graph's nodes that read the classification head's weights: they stay in float32, as in every other
     quantized variant (the head is tiny, and its rounding moves every prediction)."""
     import onnx
-
-    from finesweep.trainer.quantize import HEAD_MODULES
 
     prefixes = tuple(f"{name}." for name in HEAD_MODULES)
     nodes = onnx.load(str(graph), load_external_data=False).graph.node

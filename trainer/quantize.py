@@ -14,15 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from finesweep.spaces import Quantization, Task
-from finesweep.trainer.models import auto_model_class
+from finesweep.trainer.models import HEAD_MODULES, auto_model_class, copy_tokenizer
 
 if TYPE_CHECKING:
     from transformers import BitsAndBytesConfig, PreTrainedModel
 
 log = logging.getLogger(__name__)
 
-# Heads stay in full precision: they are tiny and their rounding moves every prediction.
-HEAD_MODULES = ["classifier", "score"]
 # bitsandbytes' CPU 4-bit kernel (AVX-512 bf16) repacks a weight [out, in] at its first forward pass and needs
 # out % 32 == 0 and in % blocksize == 0; other layers crash there, so NF4 leaves them in full precision.
 NF4_BLOCKSIZE = 64
@@ -177,10 +175,3 @@ def _linear_shapes(model: "PreTrainedModel") -> list[tuple[str, tuple[int, int]]
 
 def _cpu_packable(out_features: int, in_features: int) -> bool:
     return out_features % CPU_PACK_ROWS == 0 and in_features % NF4_BLOCKSIZE == 0
-
-
-def copy_tokenizer(source: Path, out_dir: Path) -> None:
-    """Save the tokenizer next to the weights, so the folder loads on its own."""
-    from transformers import AutoTokenizer
-
-    AutoTokenizer.from_pretrained(source).save_pretrained(out_dir)

@@ -1,5 +1,5 @@
-"""Which exported variant to deploy: the fastest at batch 1 among those whose test metric stays within
-export.max_metric_drop of full precision. Pure: the export's measurements in, a choice out."""
+"""Which exported variant to deploy: the fastest (a classifier at batch 1, a causal LM at greedy decoding) among
+those whose test metric stays within export.max_metric_drop of full precision. Pure: measurements in, a choice out."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ def with_speedups(metrics: dict[str, dict[str, float]]) -> dict[str, dict[str, f
     for variant, values in metrics.items():
         values = dict(values)
         for key, (speedup, _) in SPEEDUPS.items():
-            if variant != FULL and values.get(key) and full.get(key):
-                values[speedup] = full[key] / values[key]
+            if variant != FULL and (ratio := _ratio(full, values, key)):
+                values[speedup] = ratio
         out[variant] = values
     return out
 
@@ -50,7 +50,8 @@ def deploy_choice(metrics: dict[str, dict[str, float]], task: Task, max_drop: fl
     no decode timing) among the variants within the metric tolerance (full precision always qualifies). Without
     timings (an export measured before they were), full precision."""
     name, _ = PRIMARY[Task(task)]
-    timing = DEPLOY_TIMING[Task(task)] if all(v.get(DEPLOY_TIMING[Task(task)]) for v in metrics.values()) else LATENCY
+    preferred = DEPLOY_TIMING[Task(task)]
+    timing = preferred if all(values.get(preferred) for values in metrics.values()) else LATENCY
     timed = [v for v, values in metrics.items() if values.get(timing)]
     qualified = [v for v in timed if within_tolerance(metrics, v, task, max_drop)]
     variant = min(qualified, key=lambda v: metrics[v][timing]) if qualified else FULL
