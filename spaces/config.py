@@ -46,7 +46,7 @@ class Quantization(str, Enum):
     int8 = "int8"  # bitsandbytes LLM.int8
     nf4 = "nf4"  # bitsandbytes 4-bit NormalFloat
     torchao_int8 = "torchao-int8"  # torchao int8 weight-only: a CPU deployment path (optional extra `torchao`)
-    onnx_int8 = "onnx-int8"  # ONNX Runtime dynamic int8 (classifiers): the fast CPU deployment path
+    onnx_int8 = "onnx-int8"  # ONNX Runtime dynamic int8 (classifiers and causal LMs): the fast CPU deployment path
 
 
 class SplitSizes(_Section):
@@ -311,15 +311,14 @@ class TrackingConfig(_Section):
     experiment: str | None = Field(None, description="MLflow experiment name; unset = the sweep's name.")
 
 
-# The export list of a sweep file that leaves it unset: with the fast CPU variant where finesweep makes one.
-DEFAULT_QUANTIZATION = {Task.classification: [Quantization.int8, Quantization.onnx_int8],
-                        Task.causal_lm: [Quantization.int8]}
+# The export list of a sweep file that leaves it unset: bitsandbytes (memory) and the fast CPU variant (speed).
+DEFAULT_QUANTIZATION = [Quantization.int8, Quantization.onnx_int8]
 
 
 class ExportConfig(_Section):
     """What is done with the best checkpoint."""
 
-    quantization: list[Quantization] = Field(DEFAULT_QUANTIZATION[Task.classification], min_length=1, description="Quantized exports to make and measure: none, int8 and nf4 (bitsandbytes), torchao-int8 (CPU deployment; needs the torchao extra), onnx-int8 (classifiers: ONNX Runtime dynamic int8, the fast CPU path). Unset: int8 and onnx-int8 for classification, int8 alone for causal_lm.")
+    quantization: list[Quantization] = Field(DEFAULT_QUANTIZATION, min_length=1, description="Quantized exports to make and measure: none, int8 and nf4 (bitsandbytes), torchao-int8 (CPU deployment; needs the torchao extra), onnx-int8 (ONNX Runtime dynamic int8, the fast CPU path; a causal LM's with its key/value cache). Unset: int8 and onnx-int8.")
     output_dir: str | None = Field(None, description="Export folder; unset = <sweep folder>/export.")
     max_metric_drop: float = Field(0.01, ge=0, description="Warn when a quantized model's metric falls by more than this.")
     generation_samples: int = Field(32, ge=0, description="causal_lm: greedy answers to the first this many test prompts, from the full model and each quantized one, scored against the references (exact match, token F1, ROUGE-L) and shown side by side in the model card; 0 = off.")
@@ -341,32 +340,6 @@ class SweepConfig(_Section):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _export_list_by_task(cls, values: Any) -> Any:
-        """An unset export.quantization becomes the task's default list (DEFAULT_QUANTIZATION)."""
-        if not isinstance(values, dict) or not isinstance(values.get("export", {}), dict):
-            return values
-        export = values.get("export") or {}
-        if "quantization" in export:
-            return values
-        data = values.get("data")
-        task = data.get("task", Task.classification) if isinstance(data, dict) else getattr(data, "task", None)
-        try:
-            task = Task(task)
-        except ValueError:
-            return values  # an unknown task: the data section's own error says so
-        return {**values, "export": {**export, "quantization": DEFAULT_QUANTIZATION[task]}}
-
-    @model_validator(mode="after")
-    def _export_fits_the_task(self) -> "SweepConfig":
-        if self.data.task == Task.causal_lm and Quantization.onnx_int8 in self.export.quantization:
-            raise ValueError(
-                "export.quantization: onnx-int8 exports sequence classifiers only, and data.task is causal_lm (a "
-                "causal LM's ONNX export needs its key/value cache, which finesweep does not write yet); remove "
-                "onnx-int8, or use int8, nf4 or torchao-int8")
-        return self
 
     @model_validator(mode="after")
     def _space_names_models(self) -> "SweepConfig":

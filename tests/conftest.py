@@ -27,6 +27,12 @@ def tiny_causal_lm(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    """Folder of a tiny Llama (tied output head, grouped-query attention) and its tokenizer."""
+    return tiny.build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
 def tiny_llama_gguf(tmp_path_factory) -> Path:
     """A tiny Llama written as a Q8_0 GGUF file (tokenizer in its metadata), alone in its folder."""
     return tiny.build_tiny_llama_gguf(tmp_path_factory.mktemp("tiny-llama-gguf"))

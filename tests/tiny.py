@@ -127,6 +127,25 @@ def build_tiny_causal_lm(folder: Path) -> Path:
     return folder
 
 
+def build_tiny_llama(folder: Path) -> Path:
+    """A 2-layer Llama (hidden 64, grouped-query attention, output head tied to the embeddings as in SmolLM2) with
+    the byte-level BPE tokenizer, saved as safetensors; no pad token."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=_byte_level_bpe(), eos_token="<|endoftext|>",
+                                        bos_token="<|endoftext|>")
+    tokenizer.save_pretrained(folder)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
 # ChatML, the format of many instruct models (SmolLM2-Instruct and Qwen among them), written out for the tests.
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"

@@ -31,7 +31,7 @@ def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batc
     """
     import torch
 
-    device = _model_device(model)
+    device = model_device(model)
     model.eval()
     tally = _ClassTally() if Task(task) == Task.classification else _TokenTally()
     _warm_up(model, dataset, collate, batch_size, device)
@@ -59,7 +59,7 @@ SPEED_SECONDS = 8.0
 def serving_speed(model: Any, dataset: "Dataset", collate: Callable, batch_size: int = 32) -> dict[str, float]:
     """Milliseconds per sample of a forward pass as a server runs it (no labels, no loss): at batch 1 (latency) and
     at `batch_size` (the inverse of throughput), on the model's device, with the process's threads."""
-    device = _model_device(model)
+    device = model_device(model)
     model.eval()
     rows = dataset.select(range(min(SPEED_BATCHES * batch_size, len(dataset))))
     singles = list(_batches(rows.select(range(min(SPEED_ROWS, len(rows)))), collate, 1))
@@ -140,11 +140,11 @@ def layer_bytes(tensors: dict[str, tuple[str, int]], layers: list[str]) -> int:
     return sum(size for key, (_, size) in tensors.items() if key.startswith(prefixes))
 
 
-def _model_device(model: Any) -> "torch.device":
+def model_device(model: Any) -> "torch.device":
     """Where the inputs go: the model's own device if it is on CUDA (quantized models cannot move), else CPU."""
     import torch
 
-    if not hasattr(model, "parameters"):  # an ONNX Runtime session (trainer/onnx_runtime.py) runs on the CPU
+    if not hasattr(model, "parameters"):  # an ONNX Runtime session (onnx_runtime.py, onnx_decoder.py): the CPU
         return torch.device("cpu")
     device = next(model.parameters()).device
     if device.type == "cuda":

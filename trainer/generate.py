@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
-from finesweep.trainer.evaluate import IGNORE_INDEX, median_seconds
+from finesweep.trainer.evaluate import IGNORE_INDEX, median_seconds, model_device
 
 if TYPE_CHECKING:
     import torch
@@ -145,7 +145,7 @@ def generate_answers(model: Any, tokenizer: Any, prompt_ids: list[list[int]], ma
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     generation = getattr(model, "generation_config", None)
     eos_id = getattr(generation, "eos_token_id", None) or tokenizer.eos_token_id
-    device = next(model.parameters()).device  # a bitsandbytes model stays where it was loaded (CUDA on a GPU)
+    device = model_device(model)  # a bitsandbytes model stays where it was loaded (CUDA on a GPU)
     model.eval()
     answers: list[str] = []
     with torch.inference_mode():
@@ -174,7 +174,7 @@ def decode_speed(model: Any, split: Iterable[dict[str, Any]], new_tokens: int = 
     pairs = prompts_and_references(split, 1)
     if not pairs:
         return {}
-    device = next(model.parameters()).device
+    device = model_device(model)
     prompt = torch.tensor([pairs[0].prompt_ids], dtype=torch.long, device=device)
     generation = getattr(model, "generation_config", None)
     pad_id = getattr(generation, "pad_token_id", None)

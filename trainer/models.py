@@ -85,10 +85,15 @@ def load_model(
 
 def load_checkpoint(folder: str, task: Task, **extra: Any) -> "PreTrainedModel":
     """A model saved by a trial or an export (config and safetensors in `folder`; labels in its config). An
-    onnx-int8 export folder loads as an ONNX Runtime session that answers the same call (`OnnxClassifier`)."""
+    onnx-int8 export folder loads as an ONNX Runtime session that answers the same calls (`OnnxClassifier`,
+    `OnnxCausalLM`)."""
     from finesweep.trainer.onnx_runtime import OnnxClassifier, is_onnx_folder
 
     if is_onnx_folder(folder):
+        if Task(task) == Task.causal_lm:
+            from finesweep.trainer.onnx_decoder import OnnxCausalLM
+
+            return OnnxCausalLM(folder)  # type: ignore[return-value]
         return OnnxClassifier(folder)  # type: ignore[return-value]
     return auto_model_class(task).from_pretrained(folder, **extra)
 

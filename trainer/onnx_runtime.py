@@ -17,10 +17,13 @@ import tempfile
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from finesweep.spaces import Task
 from finesweep.trainer.models import HEAD_MODULES, copy_tokenizer, load_checkpoint
+
+if TYPE_CHECKING:
+    import onnxruntime
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +40,11 @@ def is_onnx_folder(folder: Path) -> bool:
     return (Path(folder) / ONNX_FILE).is_file()
 
 
-def export_int8(full_dir: Path, out_dir: Path, task: Task) -> Path:
+def export_int8(full_dir: Path, out_dir: Path) -> Path:
     """The full-precision classifier in `full_dir` exported to ONNX, quantized to dynamic int8, saved with its config
-    and tokenizer in `out_dir`; returns `out_dir`."""
+    and tokenizer in `out_dir`; returns `out_dir`. (A causal LM's export is trainer/onnx_decoder.py's.)"""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    if Task(task) != Task.classification:
-        raise ValueError("onnx-int8 exports sequence classifiers (a causal LM needs its key/value cache exported)")
     full_dir, out_dir = Path(full_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="finesweep-onnx-") as scratch:
@@ -51,7 +52,7 @@ def export_int8(full_dir: Path, out_dir: Path, task: Task) -> Path:
         _export_graph(full_dir, graph)
         # The quantizer advises its pre-processing on the root logger at every call; that pre-processing (symbolic
         # shape inference) stops on the graphs torch's exporter writes, so the advice is noise here.
-        with _quiet(None):
+        with quiet(None):
             quantize_dynamic(graph, out_dir / ONNX_FILE, weight_type=QuantType.QInt8,
                              nodes_to_exclude=_head_nodes(graph))
     shutil.copy2(full_dir / "config.json", out_dir / "config.json")  # labels, architecture: what the folder is
@@ -68,7 +69,7 @@ def _export_graph(full_dir: Path, path: Path) -> None:
     example = {"input_ids": torch.randint(0, model.config.vocab_size, EXAMPLE_SHAPE),
                "attention_mask": torch.ones(EXAMPLE_SHAPE, dtype=torch.long)}
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
-    with warnings.catch_warnings(), _quiet(EXPORTER_LOGGER):
+    with warnings.catch_warnings(), quiet(EXPORTER_LOGGER):
         # Both inputs share the two dimensions on purpose; the exporter says so once per axis.
         warnings.filterwarnings("ignore", message=".*will not be used, since it shares the same shape constraints")
         program = torch.onnx.export(model, (), kwargs=example, dynamo=True, input_names=list(INPUTS),
@@ -78,7 +79,7 @@ def _export_graph(full_dir: Path, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _quiet(logger_name: str | None) -> Iterator[None]:
+def quiet(logger_name: str | None) -> Iterator[None]:
     """Only errors from that logger for the duration (None: the root logger)."""
     logger = logging.getLogger(logger_name)
     level = logger.level
@@ -101,20 +102,26 @@ def _head_nodes(graph: Path) -> list[str]:
     return heads + [f"{name}_MatMul" for name in heads]
 
 
+def cpu_session(folder: Path, threads: int | None = None) -> "onnxruntime.InferenceSession":
+    """An ONNX Runtime session on the folder's graph, on the CPU, with as many threads as torch uses in this process
+    (so the variants are timed on equal terms; ONNX Runtime would take every core of the machine)."""
+    import onnxruntime
+    import torch
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads or torch.get_num_threads()
+    return onnxruntime.InferenceSession(str(Path(folder) / ONNX_FILE), options, providers=["CPUExecutionProvider"])
+
+
 class OnnxClassifier:
     """An exported ONNX classifier answering the call the evaluation and `predict` make on a transformers model:
     input_ids, attention_mask (and labels) as torch tensors in, an output with `.logits` (and `.loss`) out."""
 
     def __init__(self, folder: Path, threads: int | None = None) -> None:
-        import onnxruntime
         import torch
         from transformers import AutoConfig
 
-        options = onnxruntime.SessionOptions()
-        # As many threads as torch uses in this process, so the variants are timed on equal terms.
-        options.intra_op_num_threads = threads or torch.get_num_threads()
-        self.session = onnxruntime.InferenceSession(str(Path(folder) / ONNX_FILE), options,
-                                                    providers=["CPUExecutionProvider"])
+        self.session = cpu_session(folder, threads)
         self.input_names = [entry.name for entry in self.session.get_inputs()]
         self.config = AutoConfig.from_pretrained(folder)
         self.device = torch.device("cpu")

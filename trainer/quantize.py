@@ -1,6 +1,6 @@
 """Quantize a full-precision checkpoint and save it as a folder plain transformers loads: bitsandbytes int8 or
-NF4, or torchao int8 weight-only (a CPU deployment path); or, for a classifier, an ONNX Runtime dynamic-int8 folder
-(trainer/onnx_runtime.py: the CPU path that serves faster than full precision).
+NF4, or torchao int8 weight-only (a CPU deployment path); or an ONNX Runtime dynamic-int8 folder, the CPU path that
+serves faster than full precision (trainer/onnx_runtime.py for a classifier, trainer/onnx_decoder.py for a causal LM).
 
 The quantization libraries are required here and only here (`_quantization_config`), so machines without them
 still import finesweep, and a missing install fails with one clear message. torchao is an optional extra: once
@@ -34,9 +34,7 @@ def quantize(full_dir: Path, method: Quantization, out_dir: Path, task: Task) ->
         raise ValueError("quantize() needs a quantization method; Quantization.none means: export the full model only")
     full_dir, out_dir = Path(full_dir), Path(out_dir)
     if method == Quantization.onnx_int8:
-        from finesweep.trainer.onnx_runtime import export_int8
-
-        return export_int8(full_dir, out_dir, task)
+        return _onnx_int8(full_dir, out_dir, task)
     model = load_quantized(full_dir, method, task)
     # Save before any forward pass: on an AVX-512 bf16 CPU the first 4-bit forward repacks the weights in place,
     # and a folder saved after it reloads degraded (FACTS.md).
@@ -45,6 +43,16 @@ def quantize(full_dir: Path, method: Quantization, out_dir: Path, task: Task) ->
     copy_tokenizer(full_dir, out_dir)
     log.info("%s: saved %s quantization to %s", full_dir.name, method.value, out_dir)
     return out_dir
+
+
+def _onnx_int8(full_dir: Path, out_dir: Path, task: Task) -> Path:
+    if Task(task) == Task.causal_lm:
+        from finesweep.trainer.onnx_decoder import export_int8 as export_decoder
+
+        return export_decoder(full_dir, out_dir)
+    from finesweep.trainer.onnx_runtime import export_int8
+
+    return export_int8(full_dir, out_dir)
 
 
 def load_quantized(full_dir: Path, method: Quantization, task: Task) -> "PreTrainedModel":

@@ -166,8 +166,45 @@ def _usage_section(metrics: dict[str, dict[str, float]], task: Task) -> str:
         "",
     ]
     if Quantization.onnx_int8.value in metrics:
-        lines += _onnx_usage(variant_folder(Quantization.onnx_int8.value))
+        folder = variant_folder(Quantization.onnx_int8.value)
+        lines += _onnx_decoder_usage(folder) if task == Task.causal_lm else _onnx_usage(folder)
     return "\n".join(lines)
+
+
+def _onnx_decoder_usage(folder: str) -> list[str]:
+    """ONNX Runtime's own way for a causal LM: a session on the graph, greedy decoding over its key/value cache (the
+    graph's `input.past_key_values.*` inputs, fed back from its `output.` ones), the folder's tokenizer."""
+    return [
+        f"`{folder}` runs in ONNX Runtime, its linear layers in int8 with its key/value cache in the graph "
+        "(`pip install onnxruntime transformers`; no torch needed). Greedy decoding:\n",
+        "```python",
+        "import numpy as np",
+        "import onnxruntime",
+        "from transformers import AutoTokenizer",
+        "",
+        f'session = onnxruntime.InferenceSession("{folder}/model.onnx")',
+        f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
+        "prompt = \"Hello!\"  # a chat model: tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)",
+        'tokens = tokenizer(prompt, return_tensors="np")["input_ids"]',
+        'cache = [i for i in session.get_inputs() if i.name.startswith("input.past_key_values.")]',
+        'outputs = ["logits"] + ["output." + i.name[len("input."):] for i in cache]',
+        "# an empty cache per layer: [batch, heads, 0 positions, head size]",
+        "feed = {i.name: np.zeros((1, int(i.shape[1]), 0, int(i.shape[3])), np.float32) for i in cache}",
+        "length, answer = tokens.shape[1], []",
+        "for _ in range(64):",
+        "    feed.update(input_ids=tokens, attention_mask=np.ones((1, length), np.int64),",
+        "                position_ids=np.arange(length - tokens.shape[1], length)[None])",
+        "    logits, *past = session.run(outputs, feed)",
+        "    feed.update(zip([i.name for i in cache], past))",
+        "    token = int(logits[0, -1].argmax())",
+        "    if token == tokenizer.eos_token_id:",
+        "        break",
+        "    answer.append(token)",
+        "    tokens, length = np.array([[token]]), length + 1",
+        "print(tokenizer.decode(answer))",
+        "```",
+        "",
+    ]
 
 
 def _onnx_usage(folder: str) -> list[str]:

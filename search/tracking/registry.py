@@ -65,7 +65,7 @@ def _is_onnx(export_dir: Path, variant: str) -> bool:
 
 def _onnx_logger(export_dir: Path, variant: str) -> Callable[..., Any]:
     """Logs the variant with MLflow's onnx flavor (`mlflow.onnx.load_model`, `mlflow models serve`), its tokenizer
-    and config.json beside the graph as extra files."""
+    and configs beside the graph as extra files (the graph's weights file is the flavor's to write)."""
     import mlflow
     import onnx
 
@@ -73,7 +73,7 @@ def _onnx_logger(export_dir: Path, variant: str) -> Callable[..., Any]:
 
     folder = export_dir / f"model-{variant}"
     graph = onnx.load(str(folder / ONNX_FILE))
-    extra = [str(path) for path in sorted(folder.iterdir()) if path.name != ONNX_FILE]
+    extra = [str(path) for path in sorted(folder.iterdir()) if not path.name.startswith(ONNX_FILE)]
     return lambda **where: mlflow.onnx.log_model(graph, extra_files=extra,
                                                  pip_requirements=_requirements(["onnxruntime", "onnx"]), **where)
 

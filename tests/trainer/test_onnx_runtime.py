@@ -109,13 +109,7 @@ def test_evaluation_and_predict_load_the_folder_through_onnxruntime(onnx_classif
     assert [o["label"] in LABELS and 0 < o["score"] <= 1 for o in out] == [True, True]
 
 
-def test_a_causal_lm_sweep_cannot_ask_for_onnx_int8_and_its_default_list_leaves_it_out(tmp_path):
-    from pydantic import ValidationError
-
-    from tests.exports import export_config
-
-    with pytest.raises(ValidationError, match="onnx-int8 exports sequence classifiers only"):
-        export_config(tmp_path, task="causal_lm", quantization=("int8", "onnx-int8"))
+def test_the_default_export_list_has_the_fast_variant_for_both_tasks(tmp_path):
     from finesweep.spaces.config import SweepConfig
 
     def unset(task: str) -> list[str]:
@@ -123,4 +117,4 @@ def test_a_causal_lm_sweep_cannot_ask_for_onnx_int8_and_its_default_list_leaves_
                                              "models": [{"name": "m", "path": str(tmp_path)}]})
         return [q.value for q in config.export.quantization]
 
-    assert unset("classification") == ["int8", "onnx-int8"] and unset("causal_lm") == ["int8"]
+    assert unset("classification") == ["int8", "onnx-int8"] and unset("causal_lm") == ["int8", "onnx-int8"]
