@@ -71,8 +71,10 @@ export: {{quantization: [{quantization}]}}
 """
 
 
-def causal_lm_sweep(name: str, seed: int, data: str, model: str, chat_template: str = "auto") -> str:
-    """Two short random-search trials of one causal LM (`model`: the models[] entry as YAML flow), int8 export."""
+def causal_lm_sweep(name: str, seed: int, data: str, model: str, chat_template: str = "auto",
+                    quantization: str = "[int8]") -> str:
+    """Two short random-search trials of one causal LM (`model`: the models[] entry as YAML flow), int8 export (or
+    the `quantization` list, as YAML flow)."""
     return f"""
 name: {name}
 seed: {seed}
@@ -94,7 +96,7 @@ search:
   eval_every_steps: 5
   max_steps: 10
 resources: {{cpus_per_trial: 1, memory_budget: 4GiB}}
-export: {{quantization: [int8], register_model: false}}
+export: {{quantization: {quantization}, register_model: false}}
 """
 
 

@@ -44,20 +44,26 @@ WEIGHT_BITS, BLOCK_SIZE, ACCURACY_LEVEL = 8, 32, 4
 def export_int8(full_dir: Path, out_dir: Path) -> Path:
     """The full-precision causal LM in `full_dir` exported to ONNX with its key/value cache, its linear layers in
     int8, saved with its configs and tokenizer in `out_dir`; returns `out_dir`."""
-    full_dir, out_dir = Path(full_dir), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="finesweep-onnx-") as scratch:
-        _export_float(full_dir, Path(scratch))
-        _quantize_weights(Path(scratch) / ONNX_FILE, out_dir / ONNX_FILE)
-        for name in ("export.json", "config.json", "generation_config.json"):
-            if (Path(scratch) / name).is_file():
-                (out_dir / name).write_bytes((Path(scratch) / name).read_bytes())
+        export_float(Path(full_dir), Path(scratch))
+        quantized_folder(Path(scratch), Path(out_dir), Path(full_dir))
+    log.info("%s: saved onnx-int8 (with its key/value cache) to %s", Path(full_dir).name, out_dir)
+    return Path(out_dir)
+
+
+def quantized_folder(float_dir: Path, out_dir: Path, full_dir: Path, bits: int = WEIGHT_BITS) -> Path:
+    """`float_dir`'s graph (export_float's) with `bits`-bit weights in `out_dir`, beside the exporter's manifest, the
+    configs and `full_dir`'s tokenizer."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    quantize_weights(float_dir / ONNX_FILE, out_dir / ONNX_FILE, bits)
+    for name in ("export.json", "config.json", "generation_config.json"):
+        if (float_dir / name).is_file():
+            (out_dir / name).write_bytes((float_dir / name).read_bytes())
     copy_tokenizer(full_dir, out_dir)
-    log.info("%s: saved onnx-int8 (with its key/value cache) to %s", full_dir.name, out_dir)
     return out_dir
 
 
-def _export_float(full_dir: Path, folder: Path) -> None:
+def export_float(full_dir: Path, folder: Path) -> None:
     """transformers' exporter on the model's generation step, float32, saved in `folder`."""
     import torch
     from transformers.exporters import OnnxConfig, OnnxExporter
@@ -71,15 +77,16 @@ def _export_float(full_dir: Path, folder: Path) -> None:
     exported.save_pretrained(folder)
 
 
-def _quantize_weights(graph: Path, out: Path) -> None:
-    """Every MatMul on a weight to MatMulNBits (int8 blocks), the tied output head and Gemm layers included."""
+def quantize_weights(graph: Path, out: Path, bits: int = WEIGHT_BITS) -> None:
+    """Every MatMul on a weight to MatMulNBits (`bits` per weight, in blocks), the tied output head and Gemm layers
+    included (benchmarks/quantize/llm.py also measures 4 bits)."""
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     model = onnx.load(str(graph))
     _fold_weight_transposes(model)
     _split_weight_gemms(model)
-    quantizer = MatMulNBitsQuantizer(model, bits=WEIGHT_BITS, block_size=BLOCK_SIZE, is_symmetric=True,
+    quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=BLOCK_SIZE, is_symmetric=True,
                                      accuracy_level=ACCURACY_LEVEL)
     with quiet("onnxruntime.quantization"):  # one INFO line per layer
         quantizer.process()

@@ -19,7 +19,7 @@ from tests import tiny
 from tests.sweeps import causal_lm_sweep, finesweep, store
 
 GGUF_SWEEP = causal_lm_sweep("tiny-gguf", 3, "chats.jsonl", f"{{name: llama, path: model, gguf_file: {tiny.TINY_GGUF_NAME}}}",
-                             chat_template="turns.jinja")
+                             chat_template="turns.jinja", quantization="[int8, onnx-int8]")
 # Plain-text markers: the tiny tokenizer has no special tokens for turns, and a template file needs none.
 TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}[assistant] {% endif %}")
@@ -52,7 +52,12 @@ def test_the_gguf_candidate_trains_and_exports(gguf_sweep):
     ends = [r.data.tags["finesweep.end_state"] for r in trials]
     assert len(ends) == 2 and all(e == "completed" or e.startswith("stopped_early") for e in ends), ends
     metrics = json.loads((sweep_dir / "export" / "metrics.json").read_text())
-    assert set(metrics) == {"full", "int8"} and metrics["full"]["perplexity"] > 1
+    assert set(metrics) == {"full", "int8", "onnx-int8"} and metrics["full"]["perplexity"] > 1
+    # The ONNX Runtime variant keeps the perplexity and is timed at greedy decoding like the others.
+    assert metrics["onnx-int8"]["perplexity"] == pytest.approx(metrics["full"]["perplexity"], rel=0.02)
+    assert all(values["ms_per_generated_token"] > 0 for values in metrics.values())
+    deploy = json.loads((sweep_dir / "export" / "deploy.json").read_text())
+    assert deploy["variant"] in metrics
     exported = AutoModelForCausalLM.from_pretrained(sweep_dir / "export" / "model")
     assert exported.config.model_type == "llama" and "quantization_config" not in exported.config.to_dict()
 
@@ -119,11 +124,13 @@ def test_the_export_carries_the_template_and_predict_prompts_with_it(gguf_sweep)
     from finesweep.trainer.data.chat import own_template
 
     folder, sweep_dir = gguf_sweep
-    for variant in ("model", "model-int8"):
+    for variant in ("model", "model-int8", "model-onnx-int8"):
         assert own_template(AutoTokenizer.from_pretrained(sweep_dir / "export" / variant)) == TEMPLATE
-    predicted = finesweep("predict", str(sweep_dir / "export" / "model"), "name the colour red number 7", cwd=folder)
-    assert predicted.returncode == 0, predicted.stderr[-2000:]
-    assert "'name the colour red number 7' -> {\"generated\":" in predicted.stdout
+    for variant in ("model", "model-onnx-int8"):  # the ONNX folder answers through ONNX Runtime
+        predicted = finesweep("predict", str(sweep_dir / "export" / variant), "name the colour red number 7",
+                              cwd=folder)
+        assert predicted.returncode == 0, predicted.stderr[-2000:]
+        assert "'name the colour red number 7' -> {\"generated\":" in predicted.stdout
 
 
 BLOCK_GGUF = """
