@@ -75,11 +75,19 @@ def export_best(
     samples = config.export.generation_samples if task == Task.causal_lm else 0
     metrics, answers = {}, {}
     metrics[FULL], answers[FULL] = _measure(full_dir, task, test_split, collate, layers, samples)
+    not_made = {}
     for method in _methods(config):
-        folder = quantize(full_dir, method, _fresh(out_dir / f"model-{method.value}"), task)
-        metrics[method.value], answers[method.value] = _measure(folder, task, test_split, collate, layers, samples)
+        try:
+            folder = quantize(full_dir, method, _fresh(out_dir / f"model-{method.value}"), task)
+            metrics[method.value], answers[method.value] = _measure(folder, task, test_split, collate, layers, samples)
+        except Exception as error:  # noqa: BLE001 - an exporter that cannot trace this architecture, say: the
+            # full model and the other variants are still exported, and the card says what is missing and why
+            not_made[method.value] = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+            log.exception("export: %s could not be made", method.value)
+            shutil.rmtree(out_dir / f"model-{method.value}", ignore_errors=True)
     metrics = with_speedups(metrics)
-    warnings = drop_warnings(metrics, task, config.export.max_metric_drop)
+    warnings = [f"{variant}: not made ({reason}); the other variants are exported" for variant, reason in
+                not_made.items()] + drop_warnings(metrics, task, config.export.max_metric_drop)
     for warning in warnings:
         log.warning("export: %s", warning)
     deploy = deploy_choice(metrics, task, config.export.max_metric_drop)

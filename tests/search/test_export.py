@@ -100,6 +100,31 @@ def test_drop_warnings_accuracy_absolute_perplexity_relative():
     assert len(warnings) == 1 and warnings[0].startswith("nf4: perplexity rose by 5.0%")
 
 
+def test_a_variant_that_cannot_be_made_is_named_and_the_others_are_exported(tiny_causal_lm, tmp_path, monkeypatch):
+    """An exporter that cannot trace the model's architecture (the fault injected here) costs that variant, not the
+    export: the full model and the other variants are measured, and the warnings and the card say what is missing."""
+    from transformers import AutoTokenizer
+
+    from finesweep.search.outputs.export import export_best
+    from finesweep.trainer import onnx_decoder
+
+    def cannot_trace(*_: object) -> None:
+        raise RuntimeError("the exporter cannot trace this architecture")
+
+    monkeypatch.setattr(onnx_decoder, "export_float", cannot_trace)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_causal_lm)
+    tokenizer.pad_token = tokenizer.eos_token
+    result = export_best(
+        config=export_config(tiny_causal_lm, "causal_lm", ("onnx-int8", "int8"), generation_samples=0),
+        checkpoint_dir=tiny_causal_lm, tokenizer_source=tiny_causal_lm, test_split=causal_lm_split(tokenizer, 12),
+        collate=causal_lm_collate(tokenizer), best={**BEST, "metric": "eval_loss", "value": 5.5}, out_dir=tmp_path / "out",
+    )
+    assert set(result.metrics) == {"full", "int8"} and result.deploy["variant"] in result.metrics
+    assert result.warnings[0].startswith("onnx-int8: not made (RuntimeError: the exporter cannot trace this architecture)")
+    assert not (tmp_path / "out" / "model-onnx-int8").exists()
+    assert "onnx-int8: not made" in (tmp_path / "out" / "README.md").read_text()
+
+
 def test_export_merges_a_lora_adapter_causal_lm(tiny_causal_lm, tmp_path):
     """A LoRA trial checkpoint (adapter only) is merged onto its base; nf4 is measured too."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
