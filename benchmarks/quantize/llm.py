@@ -32,8 +32,8 @@ SPEEDUP_GOAL = 1.5
 MAX_PERPLEXITY_RISE = 0.01
 
 
-def prepare(sweep: Path, work: Path) -> tuple[Any, Path, Any, Any, Any]:
-    """(config, full model folder, tokenizer, test split, collate), as a sweep prepares them."""
+def prepare(sweep: Path, work: Path) -> tuple[Path, Any, Any, Any]:
+    """(full model folder, tokenizer, test split, collate), as a sweep prepares them."""
     from finesweep.search.inputs import SweepFolder, dequantize_gguf, prepare_data
     from finesweep.search.outputs.console import Console
     from finesweep.spaces import load
@@ -46,8 +46,7 @@ def prepare(sweep: Path, work: Path) -> tuple[Any, Path, Any, Any, Any]:
     prepared = prepare_data(config, folder, console)
     tokenizer = models.load_tokenizer(config.candidate(name), config.trust_remote_code)
     test = data.load_tokenized(Path(prepared.tokenized[name]))["test"]
-    candidate = config.candidate(name)
-    return config, Path(candidate.path), tokenizer, test, data.collator(tokenizer, config.data.task)
+    return Path(config.candidate(name).path), tokenizer, test, data.collator(tokenizer, config.data.task)
 
 
 def make_variants(full_dir: Path, work: Path) -> dict[str, Path]:
@@ -57,6 +56,7 @@ def make_variants(full_dir: Path, work: Path) -> dict[str, Path]:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from finesweep.spaces import Quantization, Task
+    from finesweep.trainer.models import copy_tokenizer
     from finesweep.trainer.onnx_decoder import export_float, quantized_folder
     from finesweep.trainer.onnx_runtime import ONNX_FILE
     from finesweep.trainer.quantize import quantize
@@ -66,8 +66,6 @@ def make_variants(full_dir: Path, work: Path) -> dict[str, Path]:
     started = time.perf_counter()
     export_float(full_dir, float_dir)
     print(f"float ONNX export: {time.perf_counter() - started:.0f} s")
-    from finesweep.trainer.models import copy_tokenizer
-
     copy_tokenizer(full_dir, float_dir)
     folders["onnx-fp32"] = float_dir
     folders["onnx-int8"] = quantized_folder(float_dir, work / "onnx-int8", full_dir)
@@ -131,7 +129,7 @@ def main() -> None:
     quiet_int8_log()
     started = time.perf_counter()
     work = args.work.resolve()
-    config, full_dir, tokenizer, test, collate = prepare(args.sweep, work)
+    full_dir, _, test, collate = prepare(args.sweep, work)
     full_dir = args.checkpoint.resolve() if args.checkpoint else full_dir
     torch.set_num_threads(args.threads)  # the same threads for every variant (ONNX Runtime takes torch's count)
     folders = make_variants(full_dir, work)
