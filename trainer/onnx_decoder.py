@@ -236,8 +236,9 @@ class OnnxCausalLM:
         return logits, cache
 
     def _empty_cache(self, batch: int) -> list[np.ndarray]:
-        """A cache holding no position yet, for each layer's keys and values: [batch, heads, 0, head size]."""
-        return [np.zeros((batch, _static(entry.shape[1]), 0, _static(entry.shape[3])), dtype=np.float32)
+        """A cache holding no position yet, for each layer's keys and values: [batch, heads, 0, head size] (ONNX
+        Runtime gives some static dimensions as text)."""
+        return [np.zeros((batch, int(entry.shape[1]), 0, int(entry.shape[3])), dtype=np.float32)
                 for entry in self.cache_inputs]
 
 
@@ -251,8 +252,3 @@ def _token_ids(value: int | Sequence[int] | None) -> list[int]:
     if value is None:
         return []
     return [int(value)] if isinstance(value, (int, np.integer)) else [int(token) for token in value]
-
-
-def _static(dimension: Any) -> int:
-    """A head count or head size from the graph's input shape (ONNX Runtime names some static ones as text)."""
-    return int(dimension)

@@ -32,8 +32,8 @@ SPEEDUP_GOAL = 1.5
 MAX_PERPLEXITY_RISE = 0.01
 
 
-def prepare(sweep: Path, work: Path) -> tuple[Path, Any, Any, Any]:
-    """(full model folder, tokenizer, test split, collate), as a sweep prepares them."""
+def prepare(sweep: Path, work: Path) -> tuple[Path, Any, Any]:
+    """(full model folder, test split, collate), as a sweep prepares them."""
     from finesweep.search.inputs import SweepFolder, dequantize_gguf, prepare_data
     from finesweep.search.outputs.console import Console
     from finesweep.spaces import load
@@ -46,7 +46,7 @@ def prepare(sweep: Path, work: Path) -> tuple[Path, Any, Any, Any]:
     prepared = prepare_data(config, folder, console)
     tokenizer = models.load_tokenizer(config.candidate(name), config.trust_remote_code)
     test = data.load_tokenized(Path(prepared.tokenized[name]))["test"]
-    return Path(config.candidate(name).path), tokenizer, test, data.collator(tokenizer, config.data.task)
+    return Path(config.candidate(name).path), test, data.collator(tokenizer, config.data.task)
 
 
 def make_variants(full_dir: Path, work: Path) -> dict[str, Path]:
@@ -93,14 +93,16 @@ def measure(name: str, folder: Path, test: Any, collate: Any) -> dict[str, Any]:
     return row
 
 
-def compare(rows: list[dict[str, Any]]) -> None:
+def compare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row with its speed-ups over full precision (the export's own `with_speedups`), its perplexity change
+    and how many times smaller it is."""
+    from finesweep.search.selection.deploy import with_speedups
+
     full = rows[0]
-    for row in rows:
-        row["perplexity_change"] = row["perplexity"] / full["perplexity"] - 1
-        row["size_ratio"] = full["size_bytes"] / row["size_bytes"]
-        row["speedup_decode"] = full["ms_per_generated_token"] / row["ms_per_generated_token"]
-        row["speedup_batch1"] = full["latency_ms_batch1"] / row["latency_ms_batch1"]
-        row["speedup_batch32"] = full["ms_per_sample_batch32"] / row["ms_per_sample_batch32"]
+    timed = with_speedups({row["variant"]: row for row in rows})
+    return [{"speedup_decode": 1.0, "speedup_batch1": 1.0, "speedup_batch32": 1.0, **values,
+             "perplexity_change": values["perplexity"] / full["perplexity"] - 1,
+             "size_ratio": full["size_bytes"] / values["size_bytes"]} for values in timed.values()]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -129,13 +131,12 @@ def main() -> None:
     quiet_int8_log()
     started = time.perf_counter()
     work = args.work.resolve()
-    full_dir, _, test, collate = prepare(args.sweep, work)
+    full_dir, test, collate = prepare(args.sweep, work)
     full_dir = args.checkpoint.resolve() if args.checkpoint else full_dir
     torch.set_num_threads(args.threads)  # the same threads for every variant (ONNX Runtime takes torch's count)
     folders = make_variants(full_dir, work)
     load_before = os.getloadavg()
-    rows = [measure(name, folder, test, collate) for name, folder in folders.items()]
-    compare(rows)
+    rows = compare([measure(name, folder, test, collate) for name, folder in folders.items()])
     ours = next(r for r in rows if r["variant"] == "onnx-int8")
     goal = (f"onnx-int8: decode {ours['speedup_decode']:.2f}x full precision (goal >= {SPEEDUP_GOAL}x), perplexity "
             f"{ours['perplexity_change']:+.2%} (goal <= {MAX_PERPLEXITY_RISE:+.0%})")
