@@ -18,8 +18,11 @@ calls the export's evaluation (logits of whole rows), generation and timing make
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import tempfile
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Sequence
@@ -34,6 +37,9 @@ log = logging.getLogger(__name__)
 
 # The cache's tensors in the graph, per layer: `input.past_key_values.layers.<i>.keys` in, `output.` ... out.
 CACHE_IN, CACHE_OUT = "input.past_key_values.", "output.past_key_values."
+CACHE_VARYING_AXES = (0, 2)  # batch and length; heads and head size are the model's
+# transformers' exporter warns through it that it is experimental and which versions it was tested with.
+TRANSFORMERS_EXPORTER_LOGGER = "transformers.exporters"
 # The prompts generation is captured on: two rows of different lengths, the shorter one padded on the left as a
 # batch is for generation, so the graph takes an attention mask and no dimension is specialised to 1.
 EXAMPLE_LENGTHS = (6, 9)
@@ -73,10 +79,32 @@ def export_float(full_dir: Path, folder: Path) -> None:
 
     model = load_checkpoint(str(full_dir), Task.causal_lm, dtype=torch.float32).eval()
     stage, inputs = decompose_for_generation(model, _example_prompts(model), multi_token_decode=True)["decode"]
-    with quiet(EXPORTER_LOGGER):
-        exported = OnnxExporter().export(stage, inputs, OnnxConfig(dynamic=True))
+    progress = io.StringIO()
+    # The exporter's notices (it is experimental; torch.onnx's progress lines) go to the log, not the user's console.
+    with quiet(EXPORTER_LOGGER), quiet(TRANSFORMERS_EXPORTER_LOGGER), warnings.catch_warnings(), \
+            contextlib.redirect_stdout(progress):
+        warnings.simplefilter("ignore", FutureWarning)
+        exported = OnnxExporter().export(stage, inputs, OnnxConfig(dynamic_shapes=dynamic_shapes(inputs)))
+    log.debug("transformers' exporter: %s", progress.getvalue().strip())
     exported.generation_config = model.generation_config
     exported.save_pretrained(folder)
+
+
+def dynamic_shapes(inputs: dict[str, Any]) -> dict[str, Any]:
+    """torch.export's dynamic axes for the generation step's inputs: batch and lengths vary, a cache's heads and
+    head size do not. Marking only those (instead of every axis, `dynamic=True`) keeps the fixed sizes out of the
+    symbolic-shape solver: it exports faster and the graph states its fixed dimensions."""
+    import torch
+    from transformers.exporters.exporter_dynamo import get_auto_dynamic_shapes
+
+    def cache_axes(spec: Any) -> Any:  # the exporter's every-axis spec of the cache, tensor by tensor
+        if isinstance(spec, dict):  # one cache tensor: [batch, heads, length, head size]
+            return {axis: dim for axis, dim in spec.items() if axis in CACHE_VARYING_AXES}
+        return [cache_axes(child) for child in spec] if isinstance(spec, (list, tuple)) else spec
+
+    return {name: get_auto_dynamic_shapes(value) if isinstance(value, torch.Tensor)
+            else cache_axes(get_auto_dynamic_shapes(value))
+            for name, value in inputs.items() if isinstance(value, torch.Tensor) or hasattr(value, "layers")}
 
 
 def quantize_weights(graph: Path, out: Path, bits: int = WEIGHT_BITS) -> None:

@@ -40,7 +40,17 @@ def gguf_sweep(tiny_llama_gguf, tmp_path_factory):
     result = finesweep("run", "sweep.yaml", cwd=folder)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "conversations as its chat template" in result.stdout
+    (folder / "console.txt").write_text(result.stdout + result.stderr)
     return folder, folder / "runs" / "tiny-gguf"
+
+
+def test_the_onnx_export_keeps_the_exporters_notices_off_the_console(gguf_sweep):
+    """transformers' exporter says it is experimental and torch.onnx reports its progress: the log's business."""
+    folder, _ = gguf_sweep
+    console = (folder / "console.txt").read_text()
+    assert "Deploy:" in console  # the export ran and printed its own lines
+    for notice in ("[torch.onnx]", "is experimental", "dynamic_shapes", "FutureWarning"):
+        assert notice not in console, notice
 
 
 def test_the_gguf_candidate_trains_and_exports(gguf_sweep):

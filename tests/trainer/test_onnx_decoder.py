@@ -46,10 +46,16 @@ def test_the_folder_holds_an_int8_graph_with_its_cache(onnx_llama, full_llama):
     # Every linear layer, the head tied to the embeddings included, multiplies int8 blocks; no float MatMul reads a
     # weight any more (the attention's own products remain).
     assert sum(node.op_type == "MatMulNBits" for node in graph.node) == len(linear)
-    inputs = {i.name for i in onnxruntime.InferenceSession(str(onnx_llama / "model.onnx")).get_inputs()}
+    session_inputs = onnxruntime.InferenceSession(str(onnx_llama / "model.onnx")).get_inputs()
+    inputs = {i.name: i.shape for i in session_inputs}
     layers = model.config.num_hidden_layers
-    assert {"input_ids", "attention_mask", "position_ids"} <= inputs
-    assert sum(name.startswith("input.past_key_values.") for name in inputs) == 2 * layers  # keys, values per layer
+    assert {"input_ids", "attention_mask", "position_ids"} <= set(inputs)
+    cache = [shape for name, shape in inputs.items() if name.startswith("input.past_key_values.")]
+    assert len(cache) == 2 * layers  # keys, values per layer
+    # Batch and length are dynamic; the cache's heads and head size are the model's, fixed in the graph.
+    heads, head_size = model.config.num_key_value_heads, model.config.hidden_size // model.config.num_attention_heads
+    assert all(isinstance(s[0], str) and s[1:] == [heads, s[2], head_size] and isinstance(s[2], str) for s in cache)
+    assert all(isinstance(axis, str) for axis in inputs["input_ids"] + inputs["attention_mask"])
 
 
 def test_logits_of_padded_rows_match_the_full_model(onnx_llama, full_llama):
