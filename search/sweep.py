@@ -16,8 +16,10 @@ from finesweep.search.outputs.console import Console
 from finesweep.search.probe.device import Device
 from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
-from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEPLOY_TAG, DEVICE_TAG,
-                                            GIT_COMMIT_TAG, GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
+from finesweep.search.selection.deploy import CPU_PREFIX
+from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEPLOY_CPU_TAG, DEPLOY_TAG,
+                                            DEVICE_TAG, GIT_COMMIT_TAG, GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG,
+                                            PYTHON_TAG)
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic
 
@@ -222,11 +224,15 @@ def _record_deploy(tracker: Tracker, parent: str, deploy: dict[str, Any], consol
     on the console."""
     if not deploy:
         return
-    tracker.set_tags(parent, {DEPLOY_TAG: deploy["variant"]})
-    speedups = {f"deploy_{key}": value for key, value in deploy.items() if key.startswith("speedup_") and value}
+    on_cpu = deploy.get("on_cpu") or {}
+    tracker.set_tags(parent, {DEPLOY_TAG: deploy["variant"], **({DEPLOY_CPU_TAG: on_cpu["variant"]} if on_cpu else {})})
+    speedups = {f"deploy_{prefix}{key}": value for prefix, choice in (("", deploy), (CPU_PREFIX, on_cpu))
+                for key, value in choice.items() if key.startswith("speedup_") and value}
     if speedups:
         tracker.log_metrics(parent, speedups, 0)
     console.step(f"Deploy: {deploy['variant']} ({deploy['reason']})")
+    if on_cpu:
+        console.step(f"Deploy on a CPU: {on_cpu['variant']} ({on_cpu['reason']})")
 
 
 def _log_generations(tracker: Tracker, parent: str, path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from finesweep.search.selection.deploy import FULL
+from finesweep.search.selection.deploy import CPU_PREFIX, FULL
 from finesweep.spaces import Quantization, SweepConfig, Task
 from finesweep.trainer.models import AUTO_CLASS_NAMES
 
@@ -79,8 +79,12 @@ def _params_section(best: dict) -> str:
 def _metrics_section(metrics: dict[str, dict[str, float]], task: Task, warnings: list[str]) -> str:
     names = ["accuracy", "f1_macro", "loss"] if task == Task.classification else ["loss", "perplexity"]
     decode = task == Task.causal_lm
-    header = ["variant", "folder", *names, "size on disk", "linear layers", "ms/sample, batch 1", "ms/sample, batch 32",
-              *(["ms/generated token"] if decode else [])]
+    timings = [("latency_ms_batch1", "speedup_batch1", "ms/sample, batch 1"),
+               ("ms_per_sample_batch32", "speedup_batch32", "ms/sample, batch 32"),
+               *([("ms_per_generated_token", "speedup_decode", "ms/generated token")] if decode else [])]
+    on_cpu = any(key.startswith(CPU_PREFIX) for values in metrics.values() for key in values)
+    timings += [(CPU_PREFIX + key, CPU_PREFIX + speedup, f"CPU {title}") for key, speedup, title in timings] if on_cpu else []
+    header = ["variant", "folder", *names, "size on disk", "linear layers", *[title for _, _, title in timings]]
     lines = ["## Test metrics\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     full_linear = metrics.get(FULL, {}).get("linear_layers_bytes") or 0
     for variant, values in metrics.items():
@@ -88,12 +92,11 @@ def _metrics_section(metrics: dict[str, dict[str, float]], task: Task, warnings:
         smaller = f" ({full_linear / linear:.2f}x smaller)" if variant != FULL and linear else ""
         cells = [variant, f"`{variant_folder(variant)}`", *[_fmt(values.get(n)) for n in names],
                  _size(values.get("size_bytes", 0)), (_size(linear) + smaller) if linear is not None else "n/a",
-                 _speed(values, "latency_ms_batch1", "speedup_batch1"),
-                 _speed(values, "ms_per_sample_batch32", "speedup_batch32"),
-                 *([_speed(values, "ms_per_generated_token", "speedup_decode")] if decode else [])]
+                 *[_speed(values, key, speedup) for key, speedup, _ in timings]]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("Speed: a forward pass as a server runs it, on the device the export ran on, median of "
+    lines.append("Speed: a forward pass as a server runs it, on the device the export ran on" +
+                 (" and on its CPU (CPU columns)" if on_cpu else "") + ", median of "
                  "several timed passes after a warm-up" + ("; generated token: greedy decoding of 32 tokens at "
                  "batch 1 from the first test prompt" if decode else "") + "; (x) is the speed-up over full precision.\n")
     lines += [f"> Warning: {w}" for w in warnings]
@@ -107,8 +110,10 @@ def _speed(values: dict[str, float], key: str, speedup: str) -> str:
 
 
 def _deploy_section(deploy: dict[str, Any]) -> str:
-    variant = deploy["variant"]
-    return "\n".join(["## Deploy this\n", f"**`{variant_folder(variant)}`** ({variant}): {deploy['reason']}.\n"])
+    lines = ["## Deploy this\n", f"**`{variant_folder(deploy['variant'])}`** ({deploy['variant']}): {deploy['reason']}.\n"]
+    if on_cpu := deploy.get("on_cpu"):
+        lines.append(f"On a CPU: **`{variant_folder(on_cpu['variant'])}`** ({on_cpu['variant']}): {on_cpu['reason']}.\n")
+    return "\n".join(lines)
 
 
 def _generation_section(metrics: dict[str, dict[str, float]], examples: list[dict[str, str]]) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from finesweep.search.outputs.card import ADAPTER, FULL, model_card, variant_folder
-from finesweep.search.selection.deploy import PRIMARY, deploy_choice, metric_loss, with_speedups
+from finesweep.search.selection.deploy import CPU_PREFIX, PRIMARY, TIMINGS, deploy_choices, metric_loss, with_speedups
 from finesweep.spaces import Quantization, SweepConfig, Task
 from finesweep.spaces.files import write_json_atomic
 
@@ -90,7 +90,7 @@ def export_best(
                 not_made.items()] + drop_warnings(metrics, task, config.export.max_metric_drop)
     for warning in warnings:
         log.warning("export: %s", warning)
-    deploy = deploy_choice(metrics, task, config.export.max_metric_drop)
+    deploy = deploy_choices(metrics, task, config.export.max_metric_drop)
     examples = side_by_side(answers)
     generations = _write_generations(out_dir / GENERATIONS, metrics, examples)
     write_json_atomic(out_dir / "metrics.json", metrics)
@@ -229,18 +229,16 @@ def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layer
     would; with `samples`, also its greedy answers to that many test prompts and their scores (gen_*)."""
     import torch
 
-    from finesweep.trainer.evaluate import evaluate, folder_size_bytes, layer_bytes, saved_tensors, serving_speed
+    from finesweep.trainer.evaluate import evaluate, folder_size_bytes, layer_bytes, model_device, saved_tensors
     from finesweep.trainer.models import load_checkpoint
 
     model = load_checkpoint(str(folder), task)
     if torch.cuda.is_available() and isinstance(model, torch.nn.Module) and not getattr(model, "is_quantized", False):
         model.to("cuda")  # quantized ones load onto the GPU already; same device keeps the latencies comparable
     metrics = evaluate(model, test_split, collate, task)
-    metrics.update(serving_speed(model, test_split, collate))
-    if task == Task.causal_lm:  # what a chat server spends its time on
-        from finesweep.trainer.generate import decode_speed
-
-        metrics.update(decode_speed(model, test_split))
+    metrics.update(_timings(model, task, test_split, collate))
+    if torch.cuda.is_available():  # a model tuned on a GPU is often served on CPUs: time every variant there too
+        metrics.update(cpu_timings(folder, task, test_split, collate, metrics if model_device(model).type == "cpu" else None))
     metrics["size_bytes"] = float(folder_size_bytes(folder))
     if tensors := saved_tensors(folder):  # an ONNX graph names its transposed weights anew: no per-layer figure
         metrics["linear_layers_bytes"] = float(layer_bytes(tensors, layers))
@@ -248,6 +246,38 @@ def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layer
     del model
     gc.collect()
     return metrics, examples
+
+
+def _timings(model: Any, task: Task, test_split: Any, collate: Callable) -> dict[str, float]:
+    """Serving speed at batch 1 and 32 on the model's device, and a causal LM's greedy decoding (what a chat server
+    spends its time on)."""
+    from finesweep.trainer.evaluate import serving_speed
+
+    timings = serving_speed(model, test_split, collate)
+    if task == Task.causal_lm:
+        from finesweep.trainer.generate import decode_speed
+
+        timings.update(decode_speed(model, test_split))
+    return timings
+
+
+def cpu_timings(folder: Path, task: Task, test_split: Any, collate: Callable,
+                measured_on_cpu: dict[str, float] | None = None) -> dict[str, float]:
+    """The variant's timings on the CPU, named CPU_PREFIX + timing: those of `measured_on_cpu` where the main pass
+    already ran there (an ONNX Runtime session), else the folder loaded onto the CPU and timed. A variant that does
+    not load onto a CPU (a bitsandbytes build without CPU kernels, say) is logged and left without them."""
+    if measured_on_cpu is not None:
+        return {CPU_PREFIX + key: measured_on_cpu[key] for key in TIMINGS if key in measured_on_cpu}
+    from finesweep.trainer.models import load_checkpoint
+
+    try:
+        timings = _timings(load_checkpoint(str(folder), task, device_map="cpu"), task, test_split, collate)
+    except Exception as error:  # noqa: BLE001 - the device's figures stand; the CPU's are an addition
+        log.warning("export: %s not timed on the CPU (%s: %s)", folder.name, type(error).__name__, error)
+        return {}
+    finally:
+        gc.collect()
+    return {CPU_PREFIX + key: value for key, value in timings.items()}
 
 
 def _generate(model: Any, folder: Path, test_split: Any, samples: int, metrics: dict[str, float]) -> list[dict[str, str]]:

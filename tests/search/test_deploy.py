@@ -63,3 +63,23 @@ def test_perplexity_is_judged_by_its_relative_rise():
 def test_an_export_without_timings_deploys_full_precision():
     metrics = {"full": {"accuracy": 0.8}, "int8": {"accuracy": 0.8}}
     assert deploy_choice(metrics, Task.classification, 0.01)["variant"] == "full"
+
+
+def test_cpu_timings_get_their_own_speedups_and_deploy_pick():
+    """On a GPU machine the export times every variant on the CPU too: int8 wins on the GPU, onnx-int8 on the CPU."""
+    from finesweep.search.selection.deploy import deploy_choices
+
+    metrics = measured(full=(0.80, 2.0, 0.5), int8=(0.80, 1.0, 0.4), **{"onnx-int8": (0.80, 3.0, 1.0)})
+    cpu = {"full": (12.0, 4.0), "int8": (20.0, 8.0), "onnx-int8": (3.0, 2.0)}
+    for variant, (b1, b32) in cpu.items():
+        metrics[variant].update(cpu_latency_ms_batch1=b1, cpu_ms_per_sample_batch32=b32)
+    metrics = with_speedups(metrics)
+    assert metrics["onnx-int8"]["cpu_speedup_batch1"] == pytest.approx(4.0)
+    assert metrics["int8"]["speedup_batch1"] == pytest.approx(2.0)
+    choice = deploy_choices(metrics, Task.classification, 0.01)
+    assert choice["variant"] == "int8" and choice["speedup_batch1"] == pytest.approx(2.0)
+    on_cpu = choice["on_cpu"]
+    assert on_cpu["variant"] == "onnx-int8" and on_cpu["ranked_by"] == "cpu_latency_ms_batch1"
+    assert on_cpu["speedup_batch1"] == pytest.approx(4.0) and on_cpu["speedup_batch32"] == pytest.approx(2.0)
+    assert "fastest on the CPU at batch 1" in on_cpu["reason"] and "4.00x on the CPU at batch 1" in on_cpu["reason"]
+    assert "on_cpu" not in deploy_choices(measured(full=(0.8, 2.0, 0.5)), Task.classification, 0.01)

@@ -88,6 +88,44 @@ def test_model_card_names_params_and_both_metric_sets(exported):
     assert f"({ratio:.2f}x smaller)" in rows[1]
 
 
+def test_cpu_timings_load_each_variant_onto_the_cpu(exported, tiny_classifier, tmp_path):
+    """What a machine with a GPU adds for every variant (the main pass ran on the GPU): its timings on the CPU."""
+    from transformers import AutoTokenizer
+
+    from finesweep.search.outputs.export import cpu_timings
+
+    _, out = exported
+    tokenizer = AutoTokenizer.from_pretrained(tiny_classifier)
+    split, collate = classification_split(tokenizer, 60), classification_collate(tokenizer)
+    for folder in ("model", "model-int8"):
+        timings = cpu_timings(out / folder, Task.classification, split, collate)
+        assert set(timings) == {"cpu_latency_ms_batch1", "cpu_ms_per_sample_batch32"}, folder
+        assert all(value > 0 for value in timings.values()), folder
+    # A variant timed on the CPU already (an ONNX Runtime session) keeps its figures; one that does not load has none.
+    already = {"accuracy": 0.8, "latency_ms_batch1": 1.5, "ms_per_sample_batch32": 0.5}
+    assert cpu_timings(out / "model", Task.classification, split, collate, already) == {
+        "cpu_latency_ms_batch1": 1.5, "cpu_ms_per_sample_batch32": 0.5}
+    assert cpu_timings(tmp_path / "not-a-model", Task.classification, split, collate) == {}
+
+
+def test_the_card_shows_cpu_timings_and_the_cpu_deploy_pick(exported):
+    from finesweep.search.outputs.card import model_card
+    from finesweep.search.selection.deploy import deploy_choices, with_speedups
+
+    result, out = exported
+    metrics = {variant: dict(values) for variant, values in result.metrics.items()}
+    metrics["full"].update(cpu_latency_ms_batch1=10.0, cpu_ms_per_sample_batch32=2.0)
+    metrics["int8"].update(cpu_latency_ms_batch1=5.0, cpu_ms_per_sample_batch32=1.0)
+    metrics["int8"]["accuracy"] = metrics["full"]["accuracy"]
+    metrics = with_speedups(metrics)
+    deploy = deploy_choices(metrics, Task.classification, 0.01)
+    card = model_card(export_config(out / "model"), BEST, metrics, [], False, [], deploy)
+    assert "| CPU ms/sample, batch 1 | CPU ms/sample, batch 32 |" in card
+    row = next(line for line in card.splitlines() if line.startswith("| int8 "))
+    assert "5 (2.00x)" in row and "1 (2.00x)" in row
+    assert "On a CPU: **`model-int8`** (int8): fastest on the CPU at batch 1" in card
+
+
 def test_drop_warnings_accuracy_absolute_perplexity_relative():
     from finesweep.search.outputs.export import drop_warnings
 
