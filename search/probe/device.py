@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from finesweep.spaces import Precision
 
@@ -120,3 +122,39 @@ def check_deepspeed(stage: int, device: Device) -> None:
             f"resources.deepspeed_stage: ZeRO stage {stage} needs {' and '.join(missing)}, but this machine "
             f"({device.name}) has not. Install what is missing, run the sweep where it is, or set "
             "resources.deepspeed_stage: 0.")
+
+
+# How long busy_cores watches the machine, and how many of the probe's threads may lack a free core before its
+# speeds are taken as measured under load (half a core: the driver's and Ray's own flickers stay below it).
+BUSY_WINDOW_SECONDS = 0.25
+CONTENTION_SLACK_CORES = 0.5
+
+
+def busy_cores(window: float = BUSY_WINDOW_SECONDS, read_stat: Callable[[], list[int] | None] | None = None) -> float | None:
+    """How many of the machine's cores are busy right now: the busy share of /proc/stat's CPU time over `window`
+    seconds, times the cores it counts. None where there is no /proc/stat (not Linux)."""
+    read_stat = read_stat or _proc_stat
+    first = read_stat()
+    time.sleep(window)
+    second = read_stat()
+    if not first or not second:
+        return None
+    cores, times = second[0], [b - a for a, b in zip(first[1:], second[1:])]
+    total, idle = sum(times), times[3] + times[4]  # idle and iowait
+    return round(cores * (total - idle) / total, 2) if total > 0 else 0.0
+
+
+def contended(busy: float | None, threads: int, cores: int | None = None) -> bool:
+    """Whether `threads` more busy threads (the probe's) would lack a free core with `busy` cores already taken."""
+    cores = cores or os.cpu_count() or 1
+    return busy is not None and busy + threads > cores + CONTENTION_SLACK_CORES
+
+
+def _proc_stat() -> list[int] | None:
+    """[number of cores, then the aggregate line's user, nice, system, idle, iowait, ... jiffies] of /proc/stat."""
+    path = Path("/proc/stat")
+    if not path.is_file():
+        return None
+    lines = path.read_text().splitlines()
+    cores = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    return [cores, *map(int, lines[0].split()[1:])]

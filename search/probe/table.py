@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from importlib.metadata import version
@@ -19,7 +20,7 @@ from typing import Any, Callable
 
 from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, fastest_batch, find_eval_batch,
                                                  find_max_micro_batch, throughput_candidates)
-from finesweep.search.probe.device import Device
+from finesweep.search.probe.device import Device, busy_cores, contended
 from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import SweepConfig, parse_bytes
 from finesweep.spaces.files import write_json_atomic
@@ -50,6 +51,7 @@ class ProbeResult:
     gradient_checkpointing: bool = False  # whether these measurements (and so the trials) recompute activations
     alternative: dict[str, Any] | None = None  # the plan measured and not chosen (resources.gradient_checkpointing: auto)
     too_slow: str | None = None  # the probe stopped after one attempt: far slower than another combination
+    busy_cores: float | None = None  # cores other work kept busy as the probe started (a CPU device; see busy_cores)
 
     @property
     def key(self) -> str:
@@ -96,9 +98,9 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
               num_labels: int, cache_file: Path) -> dict[str, ProbeResult]:
     """Probe every combination the space can sample; results are cached in `cache_file` by what they depend on."""
     cap = config.resources.max_micro_batch or max(config.space.effective_batch_size)
-    prober = _CachedProber(ProbeWorker(device, threads=int(config.resources.cpus_per_trial)), device,
-                           memory_budget(config, device), cap, config.resources.micro_batch, cache_file,
-                           config.search.min_relative_speed)
+    threads = int(config.resources.cpus_per_trial)
+    prober = _CachedProber(ProbeWorker(device, threads=threads), device, memory_budget(config, device), cap,
+                           config.resources.micro_batch, cache_file, config.search.min_relative_speed, threads)
     results: dict[str, ProbeResult] = {}
     try:
         for model in config.model_names:
@@ -126,20 +128,38 @@ class _CachedProber:
     policy: str  # resources.micro_batch
     cache_file: Path
     min_relative_speed: float  # search.min_relative_speed: below it, a combination is too slow to probe further
+    threads: int = 1  # resources.cpus_per_trial: the probe's (and each trial's) threads
     fastest: dict[tuple[str, int], tuple[float, str]] = field(default_factory=dict)  # (model, batch) -> samples/s, key
 
     def measure(self, base: ProbeRequest, checkpointing: bool) -> ProbeResult:
         request = replace(base, gradient_checkpointing=checkpointing)
         cached = _read_cache(self.cache_file)
         fingerprint = _fingerprint(request, self.device, self.budget)
-        if fingerprint not in cached:
+        busy = self._measured_under_load(cached.get(fingerprint))
+        if fingerprint not in cached or busy is not None:
             result = _probe_one(self.worker, request, request.candidate["name"], self.cap, self.budget, self.device,
                                 self.too_slow)
-            cached[fingerprint] = asdict(result)
+            cached[fingerprint] = asdict(replace(result, busy_cores=busy))
             _write_cache(self.cache_file, cached)
         result = ProbeResult(**cached[fingerprint]).choose(self.policy)
         self._remember(result)
         return result
+
+    def _measured_under_load(self, entry: dict[str, Any] | None) -> float | None:
+        """On a CPU, how many cores other work keeps busy now, when a probe is due: the combination is not in the
+        cache, or its cached speeds were measured under load (they would slow every plan made from them) and the
+        machine is quieter now. None when no probe is due or the device is a GPU. A probe that starts with too few
+        free cores for its threads is warned about; its speeds are measured again by a later sweep."""
+        if self.device.kind != "cpu" or (entry is not None and not contended(entry.get("busy_cores"), self.threads)):
+            return None
+        busy = busy_cores()
+        if entry is not None and (busy is None or busy >= entry["busy_cores"]):
+            return None  # no quieter than when the cached speeds were taken: measuring again would not help
+        if contended(busy, self.threads):
+            log.warning("probe: %.1f of %d CPU cores are busy with other work while the probe times training with "
+                        "%d thread(s): its speeds, and the plan made from them, will be pessimistic. A later sweep "
+                        "measures them again when the machine is quieter.", busy, os.cpu_count() or 1, self.threads)
+        return busy
 
     def too_slow(self, attempt: ProbeAttempt, model: str) -> str | None:
         """Why a combination's first attempt says it trains too slowly to be worth probing further: below

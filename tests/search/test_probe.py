@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict
 
@@ -166,6 +167,7 @@ def test_probe_all_caches_by_what_the_answer_depends_on(tmp_path, monkeypatch):
         return workers[-1]
 
     monkeypatch.setattr(probe_module, "ProbeWorker", new_worker)
+    monkeypatch.setattr(probe_module, "busy_cores", lambda: 0.0)  # a quiet machine: the cache is trusted
     device = Device("cpu", "test-cpu", 8 * 2**30)
     cache = tmp_path / "probe.json"
 
@@ -181,6 +183,40 @@ def test_probe_all_caches_by_what_the_answer_depends_on(tmp_path, monkeypatch):
     monkeypatch.setattr(probe_module, "version", lambda name: "9.9")
     run("fastest")  # other torch/transformers versions: probed again
     assert [len(w.batches) > 0 for w in workers] == [True, False, True, True]
+
+
+def test_speeds_measured_under_load_are_warned_about_and_measured_again_once_the_machine_is_quieter(
+        tmp_path, monkeypatch, caplog):
+    workers: list[ScriptedWorker] = []
+
+    def new_worker(device, threads):
+        workers.append(ScriptedWorker(linear, seconds=lambda b: 1.0))
+        return workers[-1]
+
+    monkeypatch.setattr(probe_module, "ProbeWorker", new_worker)
+    monkeypatch.setattr(probe_module.os, "cpu_count", lambda: 2)
+    # Other work holds 1.9 of the 2 cores at the first sweep and the second; the third and fourth find them free.
+    loads = iter([1.9, 1.9, 0.1])
+    monkeypatch.setattr(probe_module, "busy_cores", lambda: next(loads))
+    config = SweepConfig.model_validate(yaml.safe_load(CONFIG % "fastest"))
+    cache = tmp_path / "probe.json"
+    for _ in range(4):
+        probe_all(config, Device("cpu", "test-cpu", 8 * 2**30), ["fp32"], 32, 2, cache)
+    assert [len(w.batches) > 0 for w in workers] == [True, False, True, False]
+    warned = [r.message for r in caplog.records if "busy with other work" in r.getMessage()]
+    assert len(warned) == 1
+    assert [entry["busy_cores"] for entry in json.loads(cache.read_text()).values()] == [0.1]
+
+
+def test_busy_cores_is_the_busy_share_of_cpu_time_times_the_cores():
+    from finesweep.search.probe.device import busy_cores, contended
+
+    # cores, then user nice system idle iowait: 50 + 50 busy jiffies and 50 idle over the window, on 2 cores
+    stats = iter([[2, 100, 0, 50, 800, 50], [2, 150, 0, 100, 840, 60]])
+    busy = busy_cores(window=0, read_stat=lambda: next(stats))
+    assert busy == pytest.approx(1.33, abs=0.01)
+    assert contended(busy, threads=2, cores=2) and not contended(busy, threads=1, cores=4)
+    assert busy_cores(window=0, read_stat=lambda: None) is None and not contended(None, threads=8, cores=1)
 
 
 def test_real_probe_process_measures_peak_memory_and_finds_the_exact_budget_limit(tiny_classifier):
