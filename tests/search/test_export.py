@@ -323,3 +323,28 @@ def test_record_export_puts_the_generations_on_the_parent_run(tmp_path):
                        .read_text())
     assert table["columns"] == ["prompt", "reference", "full", "int8"]
     assert table["data"] == [["p1", "red", "red", "blue"], ["p2", "blue", "green", "green"]]
+
+
+def test_the_parent_run_and_the_console_name_the_cpu_pick_beside_the_devices(tmp_path, capsys):
+    from finesweep.search.outputs.console import Console
+    from finesweep.search.selection.deploy import deploy_choices, with_speedups
+    from finesweep.search.sweep import _record_deploy
+    from finesweep.search.tracking.client import Tracker
+
+    metrics = with_speedups({
+        "full": {"accuracy": 0.8, "latency_ms_batch1": 2.0, "ms_per_sample_batch32": 0.5,
+                 "cpu_latency_ms_batch1": 12.0, "cpu_ms_per_sample_batch32": 4.0},
+        "int8": {"accuracy": 0.8, "latency_ms_batch1": 1.0, "ms_per_sample_batch32": 0.4,
+                 "cpu_latency_ms_batch1": 24.0, "cpu_ms_per_sample_batch32": 8.0},
+        "onnx-int8": {"accuracy": 0.8, "latency_ms_batch1": 3.0, "ms_per_sample_batch32": 1.0,
+                      "cpu_latency_ms_batch1": 3.0, "cpu_ms_per_sample_batch32": 1.0}})
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    parent = tracker.start_run(tracker.experiment("deploy", tmp_path / "artifacts"), "parent")
+    _record_deploy(tracker, parent, deploy_choices(metrics, Task.classification, 0.01), Console())
+    run = tracker.client.get_run(parent)
+    assert run.data.tags["finesweep.deploy_variant"] == "int8"
+    assert run.data.tags["finesweep.deploy_variant_cpu"] == "onnx-int8"
+    assert run.data.metrics["deploy_speedup_batch1"] == pytest.approx(2.0)
+    assert run.data.metrics["deploy_cpu_speedup_batch1"] == pytest.approx(4.0)
+    console = capsys.readouterr().out
+    assert "Deploy: int8" in console and "Deploy on a CPU: onnx-int8 (fastest on the CPU at batch 1" in console
