@@ -46,6 +46,8 @@ class Quantization(str, Enum):
     int8 = "int8"  # bitsandbytes LLM.int8
     nf4 = "nf4"  # bitsandbytes 4-bit NormalFloat
     torchao_int8 = "torchao-int8"  # torchao int8 weight-only: a CPU deployment path (optional extra `torchao`)
+    torchao_int4 = "torchao-int4"  # torchao int4 weight-only, bf16 activations (tinygemm kernels): a CUDA path
+    torchao_fp8 = "torchao-fp8"  # torchao float8 weights and dynamic float8 activations per row: CUDA, Ada/Hopper
     onnx_int8 = "onnx-int8"  # ONNX Runtime int8 (a classifier: dynamic; a causal LM: weight blocks, with its cache)
 
 
@@ -318,7 +320,7 @@ DEFAULT_QUANTIZATION = [Quantization.int8, Quantization.onnx_int8]
 class ExportConfig(_Section):
     """What is done with the best checkpoint."""
 
-    quantization: list[Quantization] = Field(DEFAULT_QUANTIZATION, min_length=1, description="Quantized exports to make and measure: none, int8 and nf4 (bitsandbytes), torchao-int8 (CPU deployment; needs the torchao extra), onnx-int8 (ONNX Runtime int8, the fast CPU path: dynamic int8 for a classifier, int8 weight blocks and the key/value cache for a causal LM). Unset: int8 and onnx-int8.")
+    quantization: list[Quantization] = Field(DEFAULT_QUANTIZATION, min_length=1, description="Quantized exports to make and measure: none, int8 and nf4 (bitsandbytes), torchao-int8 (int8 weight-only, a CPU path), torchao-int4 (int4 weight-only; a CUDA GPU of compute capability 8.0+) and torchao-fp8 (float8 weights and activations; CUDA 8.9+: Ada, Hopper), the three with the torchao extra; onnx-int8 (ONNX Runtime int8, the fast CPU path: dynamic int8 for a classifier, int8 weight blocks and the key/value cache for a causal LM). Unset: int8 and onnx-int8.")
     output_dir: str | None = Field(None, description="Export folder; unset = <sweep folder>/export.")
     max_metric_drop: float = Field(0.01, ge=0, description="Warn when a quantized model's metric falls by more than this.")
     generation_samples: int = Field(32, ge=0, description="causal_lm: greedy answers to the first this many test prompts, from the full model and each quantized one, scored against the references (exact match, token F1, ROUGE-L) and shown side by side in the model card; 0 = off.")

@@ -71,16 +71,46 @@ def _device() -> str:
 
 
 def _load_quantized(full_dir: Path, method: Quantization, task: Task, skip: list[str]) -> "PreTrainedModel":
-    """The checkpoint loaded through its quantization config, weights quantized on load."""
+    """The checkpoint loaded through its quantization config, weights quantized on load (in bfloat16 for the CUDA
+    kernels that compute in it: tinygemm's int4, float8's scaled matmul)."""
+    import torch
+
     device = _device()
     config = _quantization_config(method, device, skip)
-    return auto_model_class(task).from_pretrained(full_dir, quantization_config=config, device_map=device)
+    dtype = {"dtype": torch.bfloat16} if method in CUDA_CAPABILITY else {}
+    return auto_model_class(task).from_pretrained(full_dir, quantization_config=config, device_map=device, **dtype)
+
+
+# The CUDA compute capability each GPU-only method's kernels need: tinygemm's int4 matmul (Ampere on), float8's
+# scaled matmul (Ada, Hopper on).
+CUDA_CAPABILITY = {Quantization.torchao_int4: (8, 0), Quantization.torchao_fp8: (8, 9)}
+# Groups of 128 input features share an int4 scale: torchao's default; a layer whose width is not a multiple keeps
+# its full-precision weights (torchao skips it).
+INT4_GROUP_SIZE = 128
+
+
+def missing_device(method: Quantization) -> str | None:
+    """Why this machine cannot make or run `method` (a GPU-only kernel without a GPU that has it), or None."""
+    need = CUDA_CAPABILITY.get(Quantization(method))
+    if need is None:
+        return None
+    import torch
+
+    wanted = f"a CUDA GPU of compute capability {need[0]}.{need[1]} or newer"
+    if not torch.cuda.is_available():
+        return f"{wanted}; this machine has none"
+    found = torch.cuda.get_device_capability(0)
+    if found < need:
+        return f"{wanted}; {torch.cuda.get_device_name(0)} has {found[0]}.{found[1]}"
+    return None
 
 
 # The package each method needs, and how a user gets it.
 BACKENDS = {Quantization.int8: ("bitsandbytes", "pip install bitsandbytes"),
             Quantization.nf4: ("bitsandbytes", "pip install bitsandbytes"),
             Quantization.torchao_int8: ("torchao", "pip install 'finesweep[torchao]'"),
+            Quantization.torchao_int4: ("torchao", "pip install 'finesweep[torchao]'"),
+            Quantization.torchao_fp8: ("torchao", "pip install 'finesweep[torchao]'"),
             Quantization.onnx_int8: ("onnxruntime", "pip install onnxruntime onnx onnxscript")}
 
 
@@ -97,17 +127,30 @@ def _quantization_config(method: Quantization, device: str, skip: list[str]):
     if install := missing_backend(method):
         raise RuntimeError(f"export quantization {method.value} needs {BACKENDS[method][0]}: {install} "
                            f"(or remove {method.value} from export.quantization)")
-    if method == Quantization.torchao_int8:
-        return _torchao_config(skip)
+    if method in TORCHAO:
+        return torchao_config(method, skip)
     return _bnb_config(method, device, skip)
 
 
-def _torchao_config(skip: list[str]):
-    """int8 weights, activations in full precision: runs on any CPU, saved as safetensors."""
-    from torchao.quantization import Int8WeightOnlyConfig
+TORCHAO = (Quantization.torchao_int8, Quantization.torchao_int4, Quantization.torchao_fp8)
+
+
+def torchao_config(method: Quantization, skip: list[str]):
+    """transformers' TorchAoConfig for `method`, saved as safetensors: int8 weights with activations in full
+    precision (any CPU); int4 weights in groups of INT4_GROUP_SIZE packed for tinygemm, bf16 activations (the
+    batch-1 decoding path torchao measures fastest on A100/H100); float8 weights and activations scaled per row
+    (torch's scaled matmul, Ada and Hopper)."""
+    from torchao.quantization import (Float8DynamicActivationFloat8WeightConfig, Int4WeightOnlyConfig,
+                                      Int8WeightOnlyConfig, PerRow)
     from transformers import TorchAoConfig
 
-    return TorchAoConfig(Int8WeightOnlyConfig(), modules_to_not_convert=skip)
+    quant_type = {
+        Quantization.torchao_int8: Int8WeightOnlyConfig,
+        Quantization.torchao_int4: lambda: Int4WeightOnlyConfig(group_size=INT4_GROUP_SIZE,
+                                                                int4_packing_format="tile_packed_to_4d"),
+        Quantization.torchao_fp8: lambda: Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()),
+    }[Quantization(method)]()
+    return TorchAoConfig(quant_type, modules_to_not_convert=skip)
 
 
 def _bnb_config(method: Quantization, device: str, skip: list[str]) -> "BitsAndBytesConfig":

@@ -32,13 +32,11 @@ PAIRS = [
 
 
 def one_trial(layers: int, pooling: str, sampling: str, lr: float, steps: int, batch: int) -> dict:
-    import importlib.util
-
     import numpy as np
     import torch
     from transformers import AutoTokenizer, Trainer, TrainingArguments
 
-    from finesweep.spaces.loader import load
+    from finesweep.spaces.loader import load, resolve_path
     from finesweep.trainer.data.pipeline import prepare
     from finesweep.trainer.data.tokenizing import collator, load_tokenized, tokenize
 
@@ -46,8 +44,7 @@ def one_trial(layers: int, pooling: str, sampling: str, lr: float, steps: int, b
     config = load(REPO / "sweeps" / "tweets.yaml")
     cache = REPO / "runs" / "one-trial-benchmark" / "cache"
     prepared = prepare(config.data, config.seed, cache)
-    package, rest = str(config.models[0].path)[len("pkg://"):].split("/", 1)
-    path = Path(importlib.util.find_spec(package).submodule_search_locations[0]) / rest
+    path = resolve_path(config.models[0].path, REPO / "sweeps")
     tokenizer = AutoTokenizer.from_pretrained(path)
     splits = load_tokenized(tokenize(prepared, tokenizer, "classification", config.data.max_seq_len, cache))
     if sampling == "group_by_length":

@@ -162,7 +162,7 @@ def _usage_section(metrics: dict[str, dict[str, float]], task: Task) -> str:
         "```python",
         f"from transformers import AutoTokenizer, {auto}",
         "",
-        *[f'model = {auto}.from_pretrained("{variant_folder(v)}")  # {v}' for v in torch_variants],
+        *[f'model = {auto}.from_pretrained("{variant_folder(v)}"{_device_map(v)})  # {v}' for v in torch_variants],
         f'tokenizer = AutoTokenizer.from_pretrained("{variant_folder(FULL)}")',
         "# inputs where the model is: bitsandbytes places a quantized model on the GPU when there is one",
         'inputs = tokenizer(["an example"], return_tensors="pt").to(model.device)',
@@ -174,6 +174,13 @@ def _usage_section(metrics: dict[str, dict[str, float]], task: Task) -> str:
         folder = variant_folder(Quantization.onnx_int8.value)
         lines += _onnx_decoder_usage(folder) if task == Task.causal_lm else _onnx_usage(folder)
     return "\n".join(lines)
+
+
+def _device_map(variant: str) -> str:
+    """torchao's GPU-only variants load onto the GPU only when asked."""
+    from finesweep.trainer.quantize import CUDA_CAPABILITY
+
+    return ', device_map="cuda"' if variant != FULL and Quantization(variant) in CUDA_CAPABILITY else ""
 
 
 def _onnx_decoder_usage(folder: str) -> list[str]:

@@ -106,13 +106,19 @@ def check_backends(config: SweepConfig) -> None:
     """Before any trial runs: every export.quantization method's library is installed (an export that fails after
     hours of search for want of a pip install would waste them)."""
     from finesweep.spaces import SweepFileError
-    from finesweep.trainer.quantize import missing_backend
+    from finesweep.trainer.quantize import missing_backend, missing_device
 
     missing = {m.value: install for m in _methods(config) if (install := missing_backend(m))}
     if missing:
         raise SweepFileError(
             f"export.quantization: {', '.join(missing)} needs a library that is not installed here. "
             f"Install it ({'; '.join(sorted(set(missing.values())))}) or remove {', '.join(missing)} from the list.")
+    for method in _methods(config):
+        if reason := missing_device(method):
+            raise SweepFileError(
+                f"export.quantization: {method.value} runs on GPU kernels only and needs {reason}. Run the sweep "
+                f"on such a machine (the export runs where `finesweep run` runs), or remove {method.value} from "
+                "the list.")
 
 
 def _methods(config: SweepConfig) -> list[Quantization]:
@@ -232,9 +238,9 @@ def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layer
     from finesweep.trainer.evaluate import evaluate, folder_size_bytes, layer_bytes, model_device, saved_tensors
     from finesweep.trainer.models import load_checkpoint
 
-    model = load_checkpoint(str(folder), task)
-    if torch.cuda.is_available() and isinstance(model, torch.nn.Module) and not getattr(model, "is_quantized", False):
-        model.to("cuda")  # quantized ones load onto the GPU already; same device keeps the latencies comparable
+    # Every variant on the GPU where there is one (same device keeps the latencies comparable): torchao's stay on the
+    # CPU unless asked, bitsandbytes' go to the GPU by themselves; an ONNX Runtime session runs on the CPU.
+    model = load_checkpoint(str(folder), task, **({"device_map": "cuda"} if torch.cuda.is_available() else {}))
     metrics = evaluate(model, test_split, collate, task)
     metrics.update(_timings(model, task, test_split, collate))
     if torch.cuda.is_available():  # a model tuned on a GPU is often served on CPUs: time every variant there too
