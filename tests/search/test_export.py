@@ -348,3 +348,15 @@ def test_the_parent_run_and_the_console_name_the_cpu_pick_beside_the_devices(tmp
     assert run.data.metrics["deploy_cpu_speedup_batch1"] == pytest.approx(4.0)
     console = capsys.readouterr().out
     assert "Deploy: int8" in console and "Deploy on a CPU: onnx-int8 (fastest on the CPU at batch 1" in console
+
+
+def test_the_cards_loading_snippet_puts_torchaos_gpu_variants_on_the_gpu():
+    from finesweep.search.outputs.card import model_card
+
+    metrics = {variant: {"accuracy": 0.8, "latency_ms_batch1": 1.0}
+               for variant in ("full", "torchao-int8", "torchao-int4", "torchao-fp8")}
+    card = model_card(export_config(Path("m"), quantization=("torchao-int8", "torchao-int4", "torchao-fp8")), BEST,
+                      metrics, [])
+    assert 'from_pretrained("model")  # full' in card and 'from_pretrained("model-torchao-int8")  # torchao-int8' in card
+    for variant in ("torchao-int4", "torchao-fp8"):
+        assert f'from_pretrained("model-{variant}", device_map="cuda")  # {variant}' in card
