@@ -113,11 +113,18 @@ def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dic
     splits = inputs.data.prepared.report.splits
     plan = plan_search(config, kept_probes(config, inputs.precisions, inputs.probes), validation_rows=splits.get("validation", 0), test_rows=splits.get("test", 0),
                        seq_len=inputs.data.max_seq_len, concurrency=trial_slots(config, inputs.device, address),
-                       lengths=inputs.data.lengths)
+                       lengths=inputs.data.lengths, export_timed_on_cpu_too=_cuda_present())
     if plan is None:
         return config, None
     inputs.console.plan(plan, elapsed)
     return apply(config, plan), {**plan.to_dict(), "predicted_wall_seconds": round(elapsed + plan.predicted_seconds, 1)}
+
+
+def _cuda_present() -> bool:
+    """Whether the export will time its variants on a GPU and then on the CPU (search/outputs/export.py)."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def trial_slots(config: SweepConfig, device: Device, address: str | None) -> int:

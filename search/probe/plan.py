@@ -314,9 +314,10 @@ def samples_per_evaluation(combinations: list[CombinationTimes], period: float, 
 
 
 def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validation_rows: int, test_rows: int,
-                seq_len: int, concurrency: int, lengths: dict[str, dict[str, float]] | None = None) -> SearchPlan | None:
+                seq_len: int, concurrency: int, lengths: dict[str, dict[str, float]] | None = None,
+                export_timed_on_cpu_too: bool = False) -> SearchPlan | None:
     """The plan for this sweep; None when the probe measured no combination that trains. `lengths`: the data's
-    token-length percentiles per model (see combination_times)."""
+    token-length percentiles per model (see combination_times); `export_timed_on_cpu_too`: see export_seconds."""
     search = config.search
     combinations = combination_times(probes, config.space.effective_batch_size, validation_rows, lengths)
     if not combinations:
@@ -331,7 +332,8 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                       if schedule.period_seconds else {})
     plan = SearchPlan(combinations, search.eval_every_steps, schedule.evaluations * search.eval_every_steps,
                       search.max_steps, search.num_trials, search.num_trials, concurrency, _budget_words(config), 0.0,
-                      export_seconds(config, combinations, test_rows, seq_len), Simulated(0.0, 0, 0, 0, 0),
+                      export_seconds(config, combinations, test_rows, seq_len, export_timed_on_cpu_too),
+                      Simulated(0.0, 0, 0, 0, 0),
                       schedule.notes, schedule.period_seconds, per_evaluation)
     lanes = [Lane(plan.period(c), round(plan.steps_per_evaluation(c))) for c in combinations]
     asha = search.asha if search.scheduler == "asha" else None
@@ -357,17 +359,19 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     return plan
 
 
-def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], test_rows: int, seq_len: int) -> float:
+def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], test_rows: int, seq_len: int,
+                   timed_on_cpu_too: bool = False) -> float:
     """The export's estimate: each variant is made (the ONNX one exported), scores the test split (at the fastest
     measured evaluation speed: the export evaluates a plain model, a LoRA winner merged into its base; slowed or sped
-    by the variant's kernels), is timed and, for a causal LM, generates its answers one token at a time."""
+    by the variant's kernels), is timed (`timed_on_cpu_too`, a machine with CUDA: twice, there and on the CPU) and,
+    for a causal LM, generates its answers one token at a time."""
     variants = ["none"] + [q.value for q in config.export.quantization if q.value != "none"]
     eval_speed = max(c.eval_samples_per_second for c in combinations)
     seconds = 0.0
     task = config.data.task.value
     for variant in variants:
         slowdown = VARIANT_SLOWDOWN.get(variant, 2.0)
-        seconds += EXPORT_FIXED_SECONDS + SPEED_PASS_SECONDS[task] + slowdown * test_rows / eval_speed
+        seconds += EXPORT_FIXED_SECONDS + SPEED_PASS_SECONDS[task] * (1 + timed_on_cpu_too) + slowdown * test_rows / eval_speed
         if variant == "onnx-int8":
             seconds += ONNX_EXPORT_SECONDS[task]
         if task == "causal_lm":

@@ -209,3 +209,10 @@ def test_a_causal_lms_export_adds_its_generations_token_by_token():
     # once in full precision and once at int8's slowdown.
     per_variant = 16 * 32 * planning.DECODE_TOKEN_COST / 64
     assert export(16) - export(0) == pytest.approx(per_variant * (1 + planning.VARIANT_SLOWDOWN["int8"]))
+
+
+def test_an_export_on_a_gpu_machine_counts_the_cpu_timing_pass_of_every_variant():
+    config = _config()  # full precision and int8
+    on_cpu = planning.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
+    on_gpu = planning.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64, timed_on_cpu_too=True)
+    assert on_gpu - on_cpu == pytest.approx(2 * planning.SPEED_PASS_SECONDS["classification"])
