@@ -187,11 +187,29 @@ def checkpointing_plan(measured: Callable[[bool], ProbeResult], setting: str, ca
     plain = measured(False)
     if plain.max_micro_batch >= cap or plain.too_slow:
         return plain  # one micro-batch holds the largest effective batch, or the space drops this combination
+    if (static := static_bytes(plain)) is not None and static * (1 + plain.margin) > plain.budget_bytes:
+        log.info("probe %s: no recompute plan measured: weights, gradients and optimizer state alone take about "
+                 "%.2f GiB of the %.2f GiB budget, and recomputing only saves activations", plain.key,
+                 static / 2**30, plain.budget_bytes / 2**30)
+        return plain
     recomputed = measured(True)
     chosen, other = (recomputed, plain) if recomputed.samples_per_second > plain.samples_per_second else (plain, recomputed)
     log.info("probe %s: gradient checkpointing %s (%.1f samples/s against %.1f)", chosen.key,
              "on" if chosen.gradient_checkpointing else "off", chosen.samples_per_second, other.samples_per_second)
     return replace(chosen, alternative=other.plan())
+
+
+def static_bytes(result: ProbeResult) -> float | None:
+    """A step's memory at any batch size (weights, gradients, optimizer state): the intercept of the line through
+    the peaks of the two smallest training micro-batches that reported one (a CPU reports its peak even past the
+    budget; a GPU's out-of-memory reports none). None without two such peaks."""
+    peaks = sorted({(a["batch"], a["peak_bytes"]) for a in result.attempts
+                    if a.get("mode", "train") == "train" and a.get("peak_bytes") and not a.get("out_of_memory")})
+    if len(peaks) < 2:
+        return None
+    (small, small_peak), (large, large_peak) = peaks[0], peaks[1]
+    per_sample = (large_peak - small_peak) / (large - small)
+    return small_peak - per_sample * small
 
 
 def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, budget: int, device: Device,

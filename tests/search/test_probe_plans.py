@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from finesweep.search.probe.table import ProbeResult, checkpointing_plan
 
 
@@ -59,3 +61,23 @@ def test_auto_does_not_measure_recompute_for_a_combination_too_slow_to_keep():
     plain.too_slow = "0.57 samples/s at micro-batch 4, against 5.00 for m|fp32|full"
     measured, asked = _measuring({False: plain, True: _result(True, 32, 32, 20.0)})
     assert checkpointing_plan(measured, "auto", cap=32) is plain and asked == [False]
+
+
+def test_auto_does_not_measure_recompute_when_the_weights_alone_exceed_the_budget():
+    """Peaks of 1.70 GiB at micro-batches 1, 2 and 4 against a 1 GiB budget (as a CPU measures a model too large):
+    the part that does not grow with the batch is over the budget, and recomputing only saves activations."""
+    from finesweep.search.probe.table import static_bytes
+
+    gib = 2**30
+    too_large = _result(False, 0, 0, 0.0)
+    too_large.attempts = [{"batch": b, "peak_bytes": int(1.70 * gib + b * 2**20), "mode": "train"} for b in (4, 2, 1)]
+    assert static_bytes(too_large) == pytest.approx(1.70 * gib, rel=1e-6)
+    measured, asked = _measuring({False: too_large, True: _result(True, 4, 4, 1.0)})
+    assert checkpointing_plan(measured, "auto", cap=32) is too_large and asked == [False]
+    # Activations that fill the budget (0.2 GiB of weights): the recompute plan is measured.
+    activations = _result(False, 0, 0, 0.0)
+    activations.attempts = [{"batch": b, "peak_bytes": int(0.2 * gib + b * 0.9 * gib), "mode": "train"} for b in (2, 1)]
+    measured, asked = _measuring({False: activations, True: _result(True, 4, 4, 1.0)})
+    assert checkpointing_plan(measured, "auto", cap=32).max_micro_batch == 4 and asked == [False, True]
+    # A GPU's out-of-memory attempts report no peak: nothing to go on, so the recompute plan is measured as before.
+    assert static_bytes(_result(False, 0, 0, 0.0)) is None
