@@ -36,7 +36,8 @@ RAY_START_SECONDS = 8.0  # a local Ray's start and Tune's set-up before the firs
 EXPORT_FIXED_SECONDS = 15.0  # per exported variant: load, save, model card
 # Test-split inference of a quantized variant against full precision: bitsandbytes' kernels are slower (measured
 # 1.8x for int8 on CPU, 4.2x int8 and 1.9x nf4 on an H100); torchao's int8 about as fast as full precision on CPU,
-# its GPU variants taken as fast as full precision until measured on a GPU. ONNX Runtime's int8 is faster than full precision (2 to 4x at batch 1 on the examples).
+# its GPU variants taken as fast as full precision until measured on a GPU. ONNX Runtime's int8 is faster than full
+# precision (2 to 4x at batch 1 on the examples).
 VARIANT_SLOWDOWN = {"none": 1.0, "int8": 2.0, "nf4": 2.0, "torchao-int8": 1.0, "torchao-int4": 1.0, "torchao-fp8": 1.0,
                     "onnx-int8": 0.5}
 # Writing the ONNX graph (torch's exporter; for a causal LM, generate's capture with the key/value cache) and

@@ -203,8 +203,8 @@ def static_bytes(result: ProbeResult) -> float | None:
     """A step's memory at any batch size (weights, gradients, optimizer state): the intercept of the line through
     the peaks of the two smallest training micro-batches that reported one (a CPU reports its peak even past the
     budget; a GPU's out-of-memory reports none). None without two such peaks."""
-    peaks = sorted({(a["batch"], a["peak_bytes"]) for a in result.attempts
-                    if a.get("mode", "train") == "train" and a.get("peak_bytes") and not a.get("out_of_memory")})
+    peaks = sorted({a["batch"]: a["peak_bytes"] for a in result.attempts  # one peak per batch size
+                    if a.get("mode", "train") == "train" and a.get("peak_bytes") and not a.get("out_of_memory")}.items())
     if len(peaks) < 2:
         return None
     (small, small_peak), (large, large_peak) = peaks[0], peaks[1]
