@@ -65,10 +65,13 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console) -
     steered by the probe's speeds."""
     from finesweep.search.outputs.export import check_backends
     from finesweep.trainer.gguf import check_gguf
+    from finesweep.trainer.models import check_pooling
 
     clock = PhaseClock()
     check_backends(config)
     check_gguf(config)
+    for candidate in config.models:
+        check_pooling(candidate, config.trust_remote_code)
     device = resolve_device(use_gpu=config.resources.gpus_per_trial != 0)
     check_deepspeed(config.resources.deepspeed_stage, device)
     folder.root.mkdir(parents=True, exist_ok=True)

@@ -45,16 +45,18 @@ def causal_lm_collate(tokenizer):
     return DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100)
 
 
-def train_classifier(encoder_dir: Path, out_dir: Path, steps: int = 40) -> Path:
-    """The tiny encoder with a 3-label head, trained a few steps (so predictions have margins), saved with labels."""
+def train_classifier(encoder_dir: Path, out_dir: Path, steps: int = 40, pooling: str = "cls") -> Path:
+    """The tiny encoder with a 3-label head (transformers' own, or finesweep's mean-pooled one), trained a few steps
+    (so predictions have margins), saved with labels."""
     import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from finesweep.spaces import ModelCandidate, Task
+    from finesweep.trainer.models import load_model
 
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        encoder_dir, num_labels=3, id2label=dict(enumerate(LABELS)), label2id={n: i for i, n in enumerate(LABELS)}
-    )
+    model = load_model(ModelCandidate(name="tiny", path=str(encoder_dir), pooling=pooling), Task.classification, LABELS)
     split = classification_split(tokenizer, n=256, seed=0)
     collate = classification_collate(tokenizer)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -81,10 +83,11 @@ BEST = {
 }
 
 
-def export_config(model_path: Path, task: str = "classification", quantization=("int8",), **export) -> SweepConfig:
+def export_config(model_path: Path, task: str = "classification", quantization=("int8",), pooling: str = "cls",
+                  **export) -> SweepConfig:
     return SweepConfig.model_validate({
         "name": "tiny-sweep",
         "data": {"path": "x.csv", "task": task},
-        "models": [{"name": "tiny", "path": str(model_path)}],
+        "models": [{"name": "tiny", "path": str(model_path), "pooling": pooling}],
         "export": {"quantization": list(quantization), **export},
     })

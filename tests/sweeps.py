@@ -27,7 +27,7 @@ data:
   splits: {{train: 0.7, validation: 0.15, test: 0.15}}
 models:
   - {{name: tiny-a, path: model}}
-  - {{name: tiny-b, path: model, config_overrides: {{num_hidden_layers: 1}}}}
+  - {{name: tiny-b, path: model, config_overrides: {{num_hidden_layers: 1}}, pooling: mean}}
 space:
   learning_rate: {{low: 3.0e-3, high: 3.0e-2, log: true}}
   effective_batch_size: [8, 16]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from finesweep.spaces import Method, ModelCandidate, Precision, Task
+from finesweep.spaces import Method, ModelCandidate, Precision, SweepFileError, Task
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -21,10 +22,68 @@ AUTO_CLASS_NAMES = {Task.classification: "AutoModelForSequenceClassification", T
 
 
 def auto_model_class(task: Task | str) -> Any:
-    """The transformers auto class a model of `task` loads with."""
+    """The transformers auto class a model of `task` loads with (finesweep's own heads registered with it)."""
     import transformers
 
+    register_own_heads()
     return getattr(transformers, AUTO_CLASS_NAMES[Task(task)])
+
+
+# Model types whose encoder the mean-pooled head (trainer/mean_pooling.py) is written for.
+MEAN_POOLING_MODEL_TYPES = ("bert",)
+
+
+@functools.cache
+def register_own_heads() -> None:
+    """Make the auto classes load folders of finesweep's mean-pooled classifier with the installed class (no remote
+    code runs), and make its saves carry the modeling file and `auto_map` plain transformers needs."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from finesweep.trainer.mean_pooling import MeanPooledBertConfig, MeanPooledBertForSequenceClassification
+
+    AutoConfig.register(MeanPooledBertConfig.model_type, MeanPooledBertConfig, exist_ok=True)
+    AutoModelForSequenceClassification.register(MeanPooledBertConfig, MeanPooledBertForSequenceClassification,
+                                                exist_ok=True)
+    MeanPooledBertConfig.register_for_auto_class()
+    MeanPooledBertForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+
+
+def auto_config(folder: str | Path) -> Any:
+    """The configuration of a saved folder, finesweep's own model types among those transformers knows."""
+    from transformers import AutoConfig
+
+    register_own_heads()
+    return AutoConfig.from_pretrained(folder)
+
+
+def copy_config_without_code(full_dir: Path, out_dir: Path) -> None:
+    """The full model's config.json for a folder that runs without transformers' model classes (ONNX Runtime): the
+    labels and the architecture's name, but as its plain encoder type and without `auto_map`, so a user reading it
+    with AutoConfig needs no code from the folder."""
+    import json
+
+    config = json.loads((Path(full_dir) / "config.json").read_text())
+    config.pop("auto_map", None)
+    from finesweep.trainer.mean_pooling import MeanPooledBertConfig
+
+    if config.get("model_type") == MeanPooledBertConfig.model_type:
+        config["model_type"] = MEAN_POOLING_MODEL_TYPES[0]
+    (Path(out_dir) / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def check_pooling(candidate: ModelCandidate, trust_remote_code: bool = False) -> None:
+    """A candidate with `pooling: mean` must be an encoder the mean-pooled head is written for."""
+    if candidate.pooling == "cls":
+        return
+    from transformers import AutoConfig
+
+    source, kwargs = model_source(candidate, trust_remote_code)
+    model_type = AutoConfig.from_pretrained(source, **kwargs).model_type
+    if model_type not in MEAN_POOLING_MODEL_TYPES:
+        raise SweepFileError(
+            f"models[{candidate.name}].pooling: mean is written for BERT-family encoders (model type "
+            f"{', '.join(MEAN_POOLING_MODEL_TYPES)}), but {source} is a '{model_type}' model; use pooling: cls "
+            "(transformers' own head for it)")
 
 
 def with_pad_token(tokenizer: "PreTrainedTokenizerBase", name: str = "") -> "PreTrainedTokenizerBase":
@@ -80,7 +139,27 @@ def load_model(
             id2label=dict(enumerate(label_names)),
             label2id={name: i for i, name in enumerate(label_names)},
         )
+    if task == Task.classification and candidate.pooling == "mean":
+        return _mean_pooled(source, kwargs)
     return auto_model_class(task).from_pretrained(source, **kwargs)
+
+
+def _mean_pooled(source: str, kwargs: dict[str, Any]) -> "PreTrainedModel":
+    """The candidate's BERT encoder under the mean-pooled head. Its configuration is made here (the candidate's own,
+    with the sweep's changes) so transformers does not warn that a 'bert' config builds another model type."""
+    from transformers import AutoConfig
+
+    from finesweep.trainer.mean_pooling import MeanPooledBertConfig, MeanPooledBertForSequenceClassification
+
+    register_own_heads()
+    load_keys = {"trust_remote_code", "revision", "quantization_config", "device_map", "dtype"}
+    load = {k: v for k, v in kwargs.items() if k in load_keys}
+    base = AutoConfig.from_pretrained(source, trust_remote_code=load.get("trust_remote_code", False),
+                                      revision=load.get("revision"),
+                                      **{k: v for k, v in kwargs.items() if k not in load_keys | {"gguf_file"}})
+    settings = {k: v for k, v in base.to_dict().items() if k != "model_type"}
+    return MeanPooledBertForSequenceClassification.from_pretrained(source, config=MeanPooledBertConfig(**settings),
+                                                                   **load)
 
 
 def load_checkpoint(folder: str, task: Task, **extra: Any) -> "PreTrainedModel":

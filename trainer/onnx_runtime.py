@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -20,7 +19,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Iterator
 
 from finesweep.spaces import Task
-from finesweep.trainer.models import HEAD_MODULES, copy_tokenizer, load_checkpoint
+from finesweep.trainer.models import HEAD_MODULES, auto_config, copy_config_without_code, copy_tokenizer, load_checkpoint
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -55,7 +54,7 @@ def export_int8(full_dir: Path, out_dir: Path) -> Path:
         with quiet(None):
             quantize_dynamic(graph, out_dir / ONNX_FILE, weight_type=QuantType.QInt8,
                              nodes_to_exclude=_head_nodes(graph))
-    shutil.copy2(full_dir / "config.json", out_dir / "config.json")  # labels, architecture: what the folder is
+    copy_config_without_code(full_dir, out_dir)  # labels, architecture: what the folder is
     copy_tokenizer(full_dir, out_dir)
     log.info("%s: saved onnx-int8 to %s", full_dir.name, out_dir)
     return out_dir
@@ -119,11 +118,10 @@ class OnnxClassifier:
 
     def __init__(self, folder: Path, threads: int | None = None) -> None:
         import torch
-        from transformers import AutoConfig
 
         self.session = cpu_session(folder, threads)
         self.input_names = [entry.name for entry in self.session.get_inputs()]
-        self.config = AutoConfig.from_pretrained(folder)
+        self.config = auto_config(folder)
         self.device = torch.device("cpu")
 
     def eval(self) -> "OnnxClassifier":

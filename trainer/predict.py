@@ -30,9 +30,9 @@ def predict(model_dir: Path, texts: list[str]) -> list[dict]:
 
 def folder_task(model_dir: Path) -> Task:
     """The task a saved folder was trained for, read from its config's architecture name."""
-    from transformers import AutoConfig
+    from finesweep.trainer.models import auto_config
 
-    architectures = AutoConfig.from_pretrained(model_dir).architectures or []
+    architectures = auto_config(model_dir).architectures or []
     if any(name.endswith("ForSequenceClassification") for name in architectures):
         return Task.classification
     return Task.causal_lm

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from finesweep.spaces import Quantization, Task
-from finesweep.trainer.models import HEAD_MODULES, auto_model_class, copy_tokenizer
+from finesweep.trainer.models import HEAD_MODULES, auto_config, auto_model_class, copy_tokenizer
 
 if TYPE_CHECKING:
     from transformers import BitsAndBytesConfig, PreTrainedModel
@@ -192,9 +192,8 @@ def linear_layer_names(full_dir: Path, task: Task) -> list[str]:
 def _meta_model(full_dir: Path, task: Task) -> "PreTrainedModel":
     """The architecture without weights (on the meta device), only to read module names and shapes."""
     import torch
-    from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(full_dir)
+    config = auto_config(full_dir)
     with torch.device("meta"):
         return auto_model_class(task).from_config(config)
 

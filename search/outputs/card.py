@@ -10,6 +10,7 @@ from finesweep.spaces import Quantization, SweepConfig, Task
 from finesweep.trainer.models import AUTO_CLASS_NAMES
 
 ADAPTER = "adapter"
+MEAN_POOLING_FILE = "mean_pooling.py"  # what transformers copies into the folders of trainer/mean_pooling.py's model
 CARD_EXAMPLES = 3
 CARD_TEXT_CHARS = 160
 GENERATION_SCORES = {"gen_exact_match": "exact match", "gen_token_f1": "token F1", "gen_rouge_l": "ROUGE-L"}
@@ -33,7 +34,7 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
         _metrics_section(metrics, task, warnings),
         _deploy_section(deploy) if deploy else "",
         _generation_section(metrics, examples) if examples else "",
-        _usage_section(metrics, task),
+        _usage_section(metrics, task, mean_pooled=_mean_pooled(config, best)),
         _adapter_section(config, best, task) if has_adapter else "",
     ]
     return "\n".join(parts)
@@ -147,9 +148,20 @@ def _cell(text: str, keep_end: bool = False) -> str:
     return text or "(empty)"
 
 
-def _usage_section(metrics: dict[str, dict[str, float]], task: Task) -> str:
+def _mean_pooled(config: SweepConfig, best: dict) -> bool:
+    """Whether the winner is finesweep's mean-pooled classifier (its folders carry their modeling file)."""
+    return any(m.name == best.get("model") and m.pooling == "mean" for m in config.models)
+
+
+def _usage_section(metrics: dict[str, dict[str, float]], task: Task, mean_pooled: bool = False) -> str:
     auto = AUTO_CLASS_NAMES[task]
     lines = ["## How to load\n", "The PyTorch folders load with plain transformers (weights are safetensors):\n"]
+    if mean_pooled:
+        lines.append(f"The head reads the mean of the token states (the sweep file's `pooling: mean`), which no "
+                     f"transformers class does: each PyTorch folder carries its code, `{MEAN_POOLING_FILE}` (a BERT "
+                     "encoder and a linear layer on the masked mean; torch and transformers only; read it), which "
+                     "transformers runs only when given `trust_remote_code=True` (without it the load stops).\n")
+    remote = ", trust_remote_code=True" if mean_pooled else ""
     from finesweep.trainer.quantize import BACKENDS
 
     torch_variants = [v for v in metrics if v != Quantization.onnx_int8.value]
@@ -162,7 +174,7 @@ def _usage_section(metrics: dict[str, dict[str, float]], task: Task) -> str:
         "```python",
         f"from transformers import AutoTokenizer, {auto}",
         "",
-        *[f'model = {auto}.from_pretrained("{variant_folder(v)}"{_device_map(v)})  # {v}' for v in torch_variants],
+        *[f'model = {auto}.from_pretrained("{variant_folder(v)}"{_device_map(v)}{remote})  # {v}' for v in torch_variants],
         f'tokenizer = AutoTokenizer.from_pretrained("{variant_folder(FULL)}")',
         "# inputs where the model is: bitsandbytes places a quantized model on the GPU when there is one",
         'inputs = tokenizer(["an example"], return_tensors="pt").to(model.device)',
@@ -252,14 +264,29 @@ def _adapter_section(config: SweepConfig, best: dict, task: Task) -> str:
         + " (`pip install peft`):\n",
         "```python",
         "from peft import PeftModel",
-        f"from transformers import {auto}",
-        "",
-        *(['labels = [...]  # as in model/config.json id2label'] if task == Task.classification else []),
-        f'base = {auto}.from_pretrained("{base}"{head})',
+        *(_mean_pooled_base(base) if _mean_pooled(config, best) else [
+            f"from transformers import {auto}",
+            "",
+            *(['labels = [...]  # as in model/config.json id2label'] if task == Task.classification else []),
+            f'base = {auto}.from_pretrained("{base}"{head})']),
         f'model = PeftModel.from_pretrained(base, "{ADAPTER}")',
         "```",
         "",
     ])
+
+
+def _mean_pooled_base(base: str) -> list[str]:
+    """The base under the mean-pooled head, built by the code and configuration (labels, config_overrides) that the
+    merged folder `model/` carries."""
+    module = MEAN_POOLING_FILE.removesuffix(".py")
+    return [
+        "from transformers import AutoConfig",
+        "from transformers.dynamic_module_utils import get_class_from_dynamic_module",
+        "",
+        'config = AutoConfig.from_pretrained("model", trust_remote_code=True)  # labels and settings of the head',
+        f'head = get_class_from_dynamic_module("{module}.MeanPooledBertForSequenceClassification", "model")',
+        f'base = head.from_pretrained("{base}", config=config)',
+    ]
 
 
 def variant_folder(variant: str) -> str:

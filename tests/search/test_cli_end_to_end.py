@@ -74,6 +74,19 @@ def test_trials_leave_no_checkpoint_in_rays_session_folder(finished_sweep):
     assert list((sweep_dir / "tune" / experiment).glob("trial-*/checkpoint_*")), "Tune's copies are kept"
 
 
+def test_the_mean_pooled_candidates_trials_train_and_keep_the_mean_pooled_head(finished_sweep):
+    """tiny-b sets pooling: mean: its trials' checkpoints are finesweep's mean-pooled classifier, with its code."""
+    _, sweep_dir, _ = finished_sweep
+    experiment = json.loads((sweep_dir / "sweep-state.json").read_text())["tune_experiment"]
+    kinds = {}
+    for config_file in (sweep_dir / "tune" / experiment).glob("trial-*/checkpoint_*/**/config.json"):
+        config = json.loads(config_file.read_text())
+        kinds.setdefault(config["num_hidden_layers"], set()).add(config["model_type"])
+        if config["model_type"] == "finesweep_mean_pooled_bert":
+            assert (config_file.parent / "mean_pooling.py").is_file()
+    assert kinds.get(1) == {"finesweep_mean_pooled_bert"} and kinds.get(2) == {"bert"}, kinds
+
+
 def _trial_working_dirs(sweep_dir: Path) -> list[Path]:
     """The working folders Ray gave the sweep's trials, in its session folder (under /tmp/ray by default)."""
     from finesweep.search.tuning.ray_compat import default_temp_dir
@@ -127,7 +140,9 @@ def test_export_reloads_with_plain_transformers_and_predicts(finished_sweep):
     card = (export / "README.md").read_text()
     assert "learning_rate" in card and "int8" in card and "onnxruntime.InferenceSession" in card
     for variant in ("model", "model-int8"):
-        model = AutoModelForSequenceClassification.from_pretrained(export / variant)
+        # tiny-b trains the mean-pooled head: a winner of it loads with the code its folder carries, as its card says
+        remote = json.loads((export / variant / "config.json").read_text()).get("auto_map") is not None
+        model = AutoModelForSequenceClassification.from_pretrained(export / variant, trust_remote_code=remote)
         tokenizer = AutoTokenizer.from_pretrained(export / variant)
         assert set(model.config.id2label.values()) == {"negative", "neutral", "positive"}
         with torch.no_grad():
