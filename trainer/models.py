@@ -62,13 +62,15 @@ def copy_config_without_code(full_dir: Path, out_dir: Path) -> None:
     with AutoConfig needs no code from the folder."""
     import json
 
+    from finesweep.spaces.files import write_json_atomic
+    from finesweep.trainer.mean_pooling import MeanPooledBertConfig
+
     config = json.loads((Path(full_dir) / "config.json").read_text())
     config.pop("auto_map", None)
-    from finesweep.trainer.mean_pooling import MeanPooledBertConfig
 
     if config.get("model_type") == MeanPooledBertConfig.model_type:
         config["model_type"] = MEAN_POOLING_MODEL_TYPES[0]
-    (Path(out_dir) / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json_atomic(Path(out_dir) / "config.json", config)
 
 
 def check_pooling(candidate: ModelCandidate, trust_remote_code: bool = False) -> None:
