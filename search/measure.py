@@ -4,6 +4,7 @@ trials planned against the budget. `finesweep run` and `finesweep plan` both go 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,6 +108,13 @@ def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str,
     return config, precisions
 
 
+def _export_thread_ratio(config: SweepConfig, device: Device) -> float:
+    """On a CPU, the export's threads (every core) over the threads of a trial, whose evaluation the probe timed."""
+    if device.kind != "cpu":
+        return 1.0
+    return (os.cpu_count() or 1) / config.resources.cpus_per_trial
+
+
 def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dict[str, Any] | None]:
     """The trials' length and number planned from the probe's speeds and the budget (search/probe/plan.py),
     printed with the predicted end; the config they change, and the plan for the record (None: nothing measured)."""
@@ -116,7 +124,8 @@ def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dic
     splits = inputs.data.prepared.report.splits
     plan = plan_search(config, kept_probes(config, inputs.precisions, inputs.probes), validation_rows=splits.get("validation", 0), test_rows=splits.get("test", 0),
                        seq_len=inputs.data.max_seq_len, concurrency=trial_slots(config, inputs.device, address),
-                       lengths=inputs.data.lengths, export_timed_on_cpu_too=_cuda_present())
+                       lengths=inputs.data.lengths, export_timed_on_cpu_too=_cuda_present(),
+                       export_thread_ratio=_export_thread_ratio(config, inputs.device))
     if plan is None:
         return config, None
     inputs.console.plan(plan, elapsed)

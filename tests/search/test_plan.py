@@ -216,3 +216,18 @@ def test_an_export_on_a_gpu_machine_counts_the_cpu_timing_pass_of_every_variant(
     on_cpu = planning.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
     on_gpu = planning.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64, timed_on_cpu_too=True)
     assert on_gpu - on_cpu == pytest.approx(2 * planning.SPEED_PASS_SECONDS["classification"])
+
+
+def test_a_cpu_export_scores_the_test_split_with_every_core_where_the_probe_timed_one_trials():
+    """The test-split passes speed up with the export's threads over a trial's, up to EXPORT_THREADS_CAP; the fixed
+    costs (saving, ONNX export, speed passes) do not."""
+    config = _config()  # full precision and int8
+
+    def scoring(ratio: float) -> float:
+        fixed = planning.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=0, seq_len=64, thread_ratio=ratio)
+        return planning.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64,
+                                       thread_ratio=ratio) - fixed
+
+    assert scoring(2.0) == pytest.approx(scoring(1.0) / 2)
+    assert scoring(64.0) == pytest.approx(scoring(1.0) / planning.EXPORT_THREADS_CAP)
+    assert scoring(0.5) == pytest.approx(scoring(1.0))  # a trial with more threads than the export: no slow-down
