@@ -71,10 +71,10 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console) -
     clock = PhaseClock()
     check_backends(config)
     check_gguf(config)
-    for candidate in config.models:
-        check_pooling(candidate, config.trust_remote_code)
     device = resolve_device(use_gpu=config.resources.gpus_per_trial != 0)
     check_deepspeed(config.resources.deepspeed_stage, device)
+    for candidate in config.models:  # after the checks of the file alone: this one reads the models' configs
+        check_pooling(candidate, config.trust_remote_code)
     folder.root.mkdir(parents=True, exist_ok=True)
     precisions = usable_precisions([p.value for p in config.space.precision], device)
     methods = usable_methods([m.value for m in config.space.method], device)

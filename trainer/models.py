@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 HEAD_MODULES = ["classifier", "score"]
 # The transformers auto class a model of each task loads with (by name: the model card writes it in its code).
 AUTO_CLASS_NAMES = {Task.classification: "AutoModelForSequenceClassification", Task.causal_lm: "AutoModelForCausalLM"}
+# The transformers pipeline task of a model of each task (MLflow's flavor and the model card's metadata name it).
+PIPELINE_TASKS = {Task.classification: "text-classification", Task.causal_lm: "text-generation"}
 
 
 def auto_model_class(task: Task | str) -> Any:
@@ -67,7 +69,6 @@ def copy_config_without_code(full_dir: Path, out_dir: Path) -> None:
 
     config = json.loads((Path(full_dir) / "config.json").read_text())
     config.pop("auto_map", None)
-
     if config.get("model_type") == MeanPooledBertConfig.model_type:
         config["model_type"] = MEAN_POOLING_MODEL_TYPES[0]
     write_json_atomic(Path(out_dir) / "config.json", config)
@@ -80,7 +81,13 @@ def check_pooling(candidate: ModelCandidate, trust_remote_code: bool = False) ->
     from transformers import AutoConfig
 
     source, kwargs = model_source(candidate, trust_remote_code)
-    model_type = AutoConfig.from_pretrained(source, **kwargs).model_type
+    try:
+        model_type = AutoConfig.from_pretrained(source, **kwargs).model_type
+    except (OSError, ValueError) as error:
+        raise SweepFileError(
+            f"models[{candidate.name}].pooling: mean needs the model's configuration to know its type, but {source} "
+            f"gave none ({str(error).splitlines()[0]}); point `path` at a folder with the model's config.json, or "
+            "use pooling: cls") from None
     if model_type not in MEAN_POOLING_MODEL_TYPES:
         raise SweepFileError(
             f"models[{candidate.name}].pooling: mean is written for BERT-family encoders (model type "

@@ -7,7 +7,7 @@ from typing import Any
 
 from finesweep.search.selection.deploy import CPU_PREFIX, FULL
 from finesweep.spaces import Quantization, SweepConfig, Task
-from finesweep.trainer.models import AUTO_CLASS_NAMES
+from finesweep.trainer.models import AUTO_CLASS_NAMES, PIPELINE_TASKS
 
 ADAPTER = "adapter"
 MEAN_POOLING_FILE = "mean_pooling.py"  # what transformers copies into the folders of trainer/mean_pooling.py's model
@@ -26,6 +26,7 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
     choice search/selection/deploy.py made."""
     task = Task(config.data.task)
     parts = [
+        _metadata(config, best, task),
         f"# {config.name}: fine-tuned {best.get('model', '?')}\n",
         "Exported by finesweep: the best evaluation of a hyperparameter and batch-size sweep, "
         "measured on the held-out test split, in full precision and quantized.\n",
@@ -38,6 +39,17 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
         _adapter_section(config, best, task) if has_adapter else "",
     ]
     return "\n".join(parts)
+
+
+def _metadata(config: SweepConfig, best: dict, task: Task) -> str:
+    """The card's YAML metadata block, as the hub's model cards have it (huggingface_hub reads it; MLflow's
+    transformers flavor parses the card with it and warns when it is missing): library, pipeline task, the base
+    model where it is a hub id."""
+    candidate = next((m for m in config.models if m.name == best.get("model")), None)
+    lines = ["---", "library_name: transformers", f"pipeline_tag: {PIPELINE_TASKS[task]}", "tags: [finesweep]"]
+    if candidate is not None and candidate.hub_id:
+        lines.append(f"base_model: {candidate.hub_id}")
+    return "\n".join([*lines, "---", ""])
 
 
 def _origin_section(config: SweepConfig, best: dict, task: Task) -> str:

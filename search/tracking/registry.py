@@ -18,10 +18,10 @@ from typing import Any, Callable, Iterator
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import VARIANT_TAG
 from finesweep.spaces import SweepConfig, Task
+from finesweep.trainer.models import PIPELINE_TASKS
 
 log = logging.getLogger(__name__)
 
-PIPELINE_TASK = {Task.classification: "text-classification", Task.causal_lm: "text-generation"}
 BEST_TAGS = ("trial_id", "step", "metric", "value")
 
 
@@ -53,7 +53,7 @@ def _transformers_logger(export_dir: Path, variant: str, task: Task) -> Callable
 
     pipeline, card = _pipeline(export_dir, variant, task), _card(export_dir)
     names = ["transformers", "torch", "accelerate", "safetensors"] + ([] if variant == "full" else ["bitsandbytes"])
-    return lambda **where: mlflow.transformers.log_model(pipeline, model_card=card, task=PIPELINE_TASK[task],
+    return lambda **where: mlflow.transformers.log_model(pipeline, model_card=card, task=PIPELINE_TASKS[task],
                                                          pip_requirements=_requirements(names), **where)
 
 
@@ -104,7 +104,7 @@ def _pipeline(export_dir: Path, variant: str, task: Task):
 
     full = export_dir / "model"
     model = str(full) if variant == "full" else load_quantized(full, Quantization(variant), task)
-    return pipeline(PIPELINE_TASK[task], model=model, tokenizer=str(full))
+    return pipeline(PIPELINE_TASKS[task], model=model, tokenizer=str(full))
 
 
 def _card(export_dir: Path):

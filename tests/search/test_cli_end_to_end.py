@@ -74,6 +74,13 @@ def test_trials_leave_no_checkpoint_in_rays_session_folder(finished_sweep):
     assert list((sweep_dir / "tune" / experiment).glob("trial-*/checkpoint_*")), "Tune's copies are kept"
 
 
+def test_registering_the_export_prints_no_card_warning(finished_sweep):
+    """MLflow parses the model card when it logs each variant: the card's metadata block leaves it nothing to warn."""
+    _, _, result = finished_sweep
+    assert "Registered models:/" in result.stdout
+    assert "Repo card metadata block was not found" not in result.stdout + result.stderr
+
+
 def test_the_mean_pooled_candidates_trials_train_and_keep_the_mean_pooled_head(finished_sweep):
     """tiny-b sets pooling: mean: its trials' checkpoints are finesweep's mean-pooled classifier, with its code."""
     _, sweep_dir, _ = finished_sweep

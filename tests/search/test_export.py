@@ -88,6 +88,14 @@ def test_model_card_names_params_and_both_metric_sets(exported):
     assert f"({ratio:.2f}x smaller)" in rows[1]
 
 
+def test_the_cards_metadata_block_is_what_the_hubs_card_reader_takes(exported):
+    from huggingface_hub import ModelCard
+
+    _, out = exported
+    data = ModelCard((out / "README.md").read_text()).data
+    assert (data.library_name, data.pipeline_tag, data.tags) == ("transformers", "text-classification", ["finesweep"])
+
+
 def test_cpu_timings_load_each_variant_onto_the_cpu(exported, tiny_classifier, tmp_path):
     """What a machine with a GPU adds for every variant (the main pass ran on the GPU): its timings on the CPU."""
     from transformers import AutoTokenizer

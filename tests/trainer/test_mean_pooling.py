@@ -195,6 +195,14 @@ def test_mean_pooling_on_a_model_it_is_not_written_for_stops_before_anything_run
     check_pooling(ModelCandidate(name="gpt", path=str(tiny_causal_lm)))  # cls: transformers' own head, no check
 
 
+def test_mean_pooling_on_a_folder_without_a_configuration_is_a_clear_error(tmp_path):
+    from finesweep.trainer.models import check_pooling
+
+    with pytest.raises(SweepFileError) as error:
+        check_pooling(ModelCandidate(name="empty", path=str(tmp_path), pooling="mean"))
+    assert "models[empty].pooling" in str(error.value) and "config.json" in str(error.value)
+
+
 def test_pooling_is_refused_for_a_causal_lm_sweep():
     from pydantic import ValidationError
 
