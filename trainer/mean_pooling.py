@@ -2,7 +2,7 @@
 
 transformers' BertForSequenceClassification reads the first token ([CLS]) through the pretraining pooler.
 Sentence-transformers checkpoints such as all-MiniLM were trained to embed a text as the mean of its token states
-and never trained [CLS] to summarise it, so a head on the mean starts from a useful summary and learns about twice
+and never trained [CLS] to summarise it, so a head on the mean starts from a useful summary and learns 1.5 to 2 times
 as fast on them (benchmarks/quickstart/one_trial.py). transformers has no class for it; this is that class.
 
 This file is copied into every saved folder of such a model (transformers' custom-code mechanism: `auto_map` in
