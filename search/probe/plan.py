@@ -49,9 +49,8 @@ SPEED_PASS_SECONDS = {"classification": 15.0, "causal_lm": 40.0}
 # One generated token (batch 1, cached keys and values) against one token of a batched forward pass: a decode step
 # is latency-bound, so it costs several tokens' worth of a batched forward (7 measured on SmolLM2-135M, CPU).
 DECODE_TOKEN_COST = 8.0
-# The export runs in the driver with every core of a CPU machine, where the probe timed one trial's evaluation on
-# cpus_per_trial cores: its speed is taken to grow with the ratio (2.05x measured from 1 to 2 threads, the
-# quickstart's MiniLM), up to this many times (a small model's matrices stop feeding more threads).
+# A CPU export scores with every core, the probe timed a trial's cpus_per_trial: speed grows with the ratio (2.05x
+# from 1 to 2 threads, the quickstart's MiniLM) up to this many times (small matrices stop feeding more threads).
 EXPORT_THREADS_CAP = 4.0
 FORWARD_SPEEDUP = 3.0  # evaluation speed when the probe could not measure it: a forward pass, no backward
 SIMULATIONS = 31  # seeded runs of the search; the plan reports their median
@@ -322,8 +321,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                 seq_len: int, concurrency: int, lengths: dict[str, dict[str, float]] | None = None,
                 export_timed_on_cpu_too: bool = False, export_thread_ratio: float = 1.0) -> SearchPlan | None:
     """The plan for this sweep; None when the probe measured no combination that trains. `lengths`: the data's
-    token-length percentiles per model (see combination_times); `export_timed_on_cpu_too`, `export_thread_ratio`:
-    see export_seconds."""
+    token-length percentiles per model (see combination_times); `export_*`: see export_seconds."""
     search = config.search
     combinations = combination_times(probes, config.space.effective_batch_size, validation_rows, lengths)
     if not combinations:
@@ -371,8 +369,7 @@ def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], te
     """The export's estimate: each variant is made (the ONNX one exported), scores the test split (at the fastest
     measured evaluation speed: the export evaluates a plain model, a LoRA winner merged into its base; slowed or sped
     by the variant's kernels), is timed (`timed_on_cpu_too`, a machine with CUDA: twice, there and on the CPU) and,
-    for a causal LM, generates its answers one token at a time. `thread_ratio`: on a CPU, the export's threads (the
-    machine's cores) over a trial's (cpus_per_trial), whose evaluations the probe timed."""
+    for a causal LM, generates its answers one token at a time. `thread_ratio`: the export's threads over a trial's."""
     variants = ["none"] + [q.value for q in config.export.quantization if q.value != "none"]
     eval_speed = max(c.eval_samples_per_second for c in combinations) * min(max(thread_ratio, 1.0), EXPORT_THREADS_CAP)
     seconds = 0.0
