@@ -161,11 +161,10 @@ def _mean_pooled(source: str, kwargs: dict[str, Any]) -> "PreTrainedModel":
     from finesweep.trainer.mean_pooling import MeanPooledBertConfig, MeanPooledBertForSequenceClassification
 
     register_own_heads()
-    load_keys = {"trust_remote_code", "revision", "quantization_config", "device_map", "dtype"}
-    load = {k: v for k, v in kwargs.items() if k in load_keys}
-    base = AutoConfig.from_pretrained(source, trust_remote_code=load.get("trust_remote_code", False),
-                                      revision=load.get("revision"),
-                                      **{k: v for k, v in kwargs.items() if k not in load_keys | {"gguf_file"}})
+    source_keys = {"trust_remote_code", "revision"}  # where both the configuration and the weights come from
+    load = {k: v for k, v in kwargs.items() if k in source_keys | {"quantization_config", "device_map", "dtype"}}
+    changes = {k: v for k, v in kwargs.items() if k not in load and k != "gguf_file"}  # overrides and labels
+    base = AutoConfig.from_pretrained(source, **{k: load[k] for k in source_keys & load.keys()}, **changes)
     settings = {k: v for k, v in base.to_dict().items() if k != "model_type"}
     return MeanPooledBertForSequenceClassification.from_pretrained(source, config=MeanPooledBertConfig(**settings),
                                                                    **load)

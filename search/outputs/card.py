@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from finesweep.search.selection.deploy import CPU_PREFIX, FULL
-from finesweep.spaces import Quantization, SweepConfig, Task
+from finesweep.spaces import ModelCandidate, Quantization, SweepConfig, Task
 from finesweep.trainer.models import AUTO_CLASS_NAMES, PIPELINE_TASKS
 
 ADAPTER = "adapter"
@@ -45,7 +45,7 @@ def _metadata(config: SweepConfig, best: dict, task: Task) -> str:
     """The card's YAML metadata block, as the hub's model cards have it (huggingface_hub reads it; MLflow's
     transformers flavor parses the card with it and warns when it is missing): library, pipeline task, the base
     model where it is a hub id."""
-    candidate = next((m for m in config.models if m.name == best.get("model")), None)
+    candidate = _winner(config, best)
     lines = ["---", "library_name: transformers", f"pipeline_tag: {PIPELINE_TASKS[task]}", "tags: [finesweep]"]
     if candidate is not None and candidate.hub_id:
         lines.append(f"base_model: {candidate.hub_id}")
@@ -54,7 +54,7 @@ def _metadata(config: SweepConfig, best: dict, task: Task) -> str:
 
 def _origin_section(config: SweepConfig, best: dict, task: Task) -> str:
     name = best.get("model", "?")
-    candidate = next((m for m in config.models if m.name == name), None)
+    candidate = _winner(config, best)
     source = "unknown"
     if candidate is not None:
         source = f"path `{candidate.path}`" if candidate.path else f"hub id `{candidate.hub_id}`"
@@ -160,9 +160,15 @@ def _cell(text: str, keep_end: bool = False) -> str:
     return text or "(empty)"
 
 
+def _winner(config: SweepConfig, best: dict) -> ModelCandidate | None:
+    """The candidate the best checkpoint was trained from (None for a record that names none of them)."""
+    return next((m for m in config.models if m.name == best.get("model")), None)
+
+
 def _mean_pooled(config: SweepConfig, best: dict) -> bool:
     """Whether the winner is finesweep's mean-pooled classifier (its folders carry their modeling file)."""
-    return any(m.name == best.get("model") and m.pooling == "mean" for m in config.models)
+    winner = _winner(config, best)
+    return winner is not None and winner.pooling == "mean"
 
 
 def _usage_section(metrics: dict[str, dict[str, float]], task: Task, mean_pooled: bool = False) -> str:
@@ -265,7 +271,7 @@ def _onnx_usage(folder: str) -> list[str]:
 def _adapter_section(config: SweepConfig, best: dict, task: Task) -> str:
     """How to put the LoRA adapter alone on its base model (peft), for users who share one base across adapters."""
     auto = AUTO_CLASS_NAMES[task]
-    candidate = next((m for m in config.models if m.name == best.get("model")), None)
+    candidate = _winner(config, best)
     base = (candidate.path or candidate.hub_id) if candidate else "<base model>"
     head = ', num_labels=len(labels), id2label=dict(enumerate(labels))' if task == Task.classification else ""
     return "\n".join([
