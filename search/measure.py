@@ -122,9 +122,11 @@ def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dic
 
     config, elapsed = inputs.config, inputs.clock.total
     splits = inputs.data.prepared.report.splits
-    plan = plan_search(config, kept_probes(config, inputs.precisions, inputs.probes), validation_rows=splits.get("validation", 0), test_rows=splits.get("test", 0),
+    plan = plan_search(config, kept_probes(config, inputs.precisions, inputs.probes),
+                       validation_rows=splits.get("validation", 0), test_rows=splits.get("test", 0),
                        seq_len=inputs.data.max_seq_len, concurrency=trial_slots(config, inputs.device, address),
-                       lengths=inputs.data.lengths, export_timed_on_cpu_too=_cuda_present(),
+                       lengths=inputs.data.lengths, train_rows=splits.get("train", 0),
+                       export_timed_on_cpu_too=_cuda_present(),
                        export_thread_ratio=_export_thread_ratio(config, inputs.device))
     if plan is None:
         return config, None

@@ -86,6 +86,7 @@ class TrialPlan:
     deepspeed_stage: int = 0  # ZeRO stage through the Trainer's DeepSpeed integration; 0 = plain torch
     gradient_checkpointing: bool = False  # the probe's plan for this combination (resources.gradient_checkpointing)
     use_gpu: bool = True  # False: the CPU even where CUDA is present (resources.gpus_per_trial: 0)
+    group_by_length: bool = True  # batches of rows of similar length (data.group_by_length)
 
     def params(self) -> dict[str, Any]:
         """The numbers worth logging once per trial."""
@@ -239,6 +240,8 @@ def _training_arguments(plan: TrialPlan):
         per_device_train_batch_size=plan.batch.micro,
         gradient_accumulation_steps=plan.batch.accumulation,
         per_device_eval_batch_size=plan.eval_batch,
+        # Rows of similar length batched together pad less: the same samples in fewer token positions.
+        train_sampling_strategy="group_by_length" if plan.group_by_length else "random",
         bf16=plan.precision == Precision.bf16.value,
         fp16=plan.precision == Precision.fp16.value,
         use_cpu=not on_cuda,

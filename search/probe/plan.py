@@ -25,6 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
 
@@ -146,11 +147,12 @@ class SearchPlan:
 
 
 def combination_times(probes: dict[str, ProbeResult], effective_batches: list[int], validation_rows: int,
-                      lengths: dict[str, dict[str, float]] | None = None) -> list[CombinationTimes]:
+                      lengths: dict[str, dict[str, float]] | None = None, train_rows: int = 0,
+                      grouped: bool = False) -> list[CombinationTimes]:
     """Per combination the probe could train, its cost per step (at the space's mean effective batch: the sampler
-    spreads the trials over the listed sizes) and per evaluation. The probe times rows of the full sequence length
-    (the memory worst case); a trial pads each batch to its longest row only, so with the data's token `lengths`
-    (percentiles per model) the speeds are scaled to the expected padded length."""
+    spreads the trials over the listed sizes) and per evaluation. With the data's token `lengths` (percentiles per
+    model) the probe's full-length speeds are scaled to the trials' padded batches (search/probe/padding.py):
+    random ones, or `grouped` by length from the `train_rows` and validation_rows."""
     mean_batch = statistics.fmean(effective_batches)
     times = []
     for key, result in sorted(probes.items()):
@@ -159,24 +161,14 @@ def combination_times(probes: dict[str, ProbeResult], effective_batches: list[in
             continue
         eval_speed = _eval_samples_per_second(result) or FORWARD_SPEEDUP * speed
         if lengths and result.model in lengths:
-            speed /= padded_fraction(lengths[result.model], result.micro_batch, result.seq_len)
-            eval_speed /= padded_fraction(lengths[result.model], result.eval_batch_size, result.seq_len)
+            step_rows = max(result.micro_batch, round(mean_batch))
+            eval_batch = result.eval_batch_size or result.micro_batch  # what a trial evaluates with
+            train_sorted = length_grouped_megabatch(train_rows, step_rows) if grouped and train_rows else None
+            eval_sorted = length_grouped_megabatch(validation_rows, eval_batch) if grouped and validation_rows else None
+            speed /= padded_fraction(lengths[result.model], result.micro_batch, result.seq_len, train_sorted)
+            eval_speed /= padded_fraction(lengths[result.model], eval_batch, result.seq_len, eval_sorted)
         times.append(CombinationTimes(key, speed, eval_speed, mean_batch / speed, validation_rows / eval_speed))
     return times
-
-
-def padded_fraction(percentiles: dict[str, float], batch: int, seq_len: int) -> float:
-    """The expected length of a batch padded to its longest row, as a fraction of seq_len: the longest of `batch`
-    rows sits near the 1 - 1/(batch + 1) quantile of the lengths (interpolated between the measured percentiles;
-    rows over seq_len are truncated to it)."""
-    anchors = [(0.5, percentiles["p50"]), (0.95, percentiles["p95"]), (0.99, percentiles["p99"]),
-               (1.0, percentiles["max"])]
-    quantile = 1 - 1 / (max(batch, 1) + 1)
-    length = anchors[0][1]
-    for (low_q, low), (high_q, high) in zip(anchors, anchors[1:]):
-        if low_q <= quantile <= high_q:
-            length = low + (high - low) * (quantile - low_q) / (high_q - low_q)
-    return min(max(length, 1.0), seq_len) / seq_len
 
 
 def _eval_samples_per_second(result: ProbeResult) -> float:
@@ -319,11 +311,14 @@ def samples_per_evaluation(combinations: list[CombinationTimes], period: float, 
 
 def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validation_rows: int, test_rows: int,
                 seq_len: int, concurrency: int, lengths: dict[str, dict[str, float]] | None = None,
-                export_timed_on_cpu_too: bool = False, export_thread_ratio: float = 1.0) -> SearchPlan | None:
+                train_rows: int = 0, export_timed_on_cpu_too: bool = False,
+                export_thread_ratio: float = 1.0) -> SearchPlan | None:
     """The plan for this sweep; None when the probe measured no combination that trains. `lengths`: the data's
-    token-length percentiles per model (see combination_times); `export_*`: see export_seconds."""
+    token-length percentiles per model, `train_rows`: the training split's (see combination_times); `export_*`:
+    see export_seconds."""
     search = config.search
-    combinations = combination_times(probes, config.space.effective_batch_size, validation_rows, lengths)
+    combinations = combination_times(probes, config.space.effective_batch_size, validation_rows, lengths,
+                                     train_rows, config.data.group_by_length)
     if not combinations:
         return None
     time_budget = search.time_budget_minutes * 60 if search.time_budget_minutes else None

@@ -89,4 +89,5 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
         deepspeed_stage=config.resources.deepspeed_stage,
         gradient_checkpointing=context.checkpointing.get(key, False),
         use_gpu=config.resources.gpus_per_trial != 0,  # None (unset) on a CPU machine: no CUDA to use anyway
+        group_by_length=config.data.group_by_length,
     )

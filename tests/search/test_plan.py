@@ -3,13 +3,16 @@ simulated search, the trial length a budget pays for, and the plan of a whole sw
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from finesweep.search.probe import plan as planning
+from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.plan import CombinationTimes, Lane, asha_milestones, planned_schedule, simulate
 from finesweep.search.probe.table import ProbeResult
 from finesweep.search.tuning import ray_compat
 from finesweep.spaces import SweepConfig, Task
+from finesweep.trainer.data.lengths import percentiles
 
 START = planning.TRIAL_START_SECONDS
 
@@ -186,15 +189,47 @@ def test_nothing_measured_gives_no_plan():
 
 def test_a_batch_padded_to_its_longest_row_is_timed_at_that_length_not_the_probes_full_one():
     lengths = {"p50": 30.0, "p95": 50.0, "p99": 60.0, "max": 100.0}
-    assert planning.padded_fraction(lengths, 1, 64) == pytest.approx(30 / 64)  # one row: the median
-    assert planning.padded_fraction(lengths, 19, 64) == pytest.approx(50 / 64)  # the longest of 19: the 95th pct
-    assert planning.padded_fraction(lengths, 99, 64) == pytest.approx(60 / 64)
-    assert planning.padded_fraction(lengths, 1000, 64) == 1.0  # rows past seq_len are truncated to it
+    assert padded_fraction(lengths, 1, 64) == pytest.approx(30 / 64)  # one row: the median
+    assert padded_fraction(lengths, 19, 64) == pytest.approx(50 / 64)  # the longest of 19: the 95th pct
+    assert padded_fraction(lengths, 99, 64) == pytest.approx(60 / 64)
+    assert padded_fraction(lengths, 1000, 64) == 1.0  # rows past seq_len are truncated to it
     plain = _plan(_config(), {"big": probe("big", "fp32", 24.0)}).combinations[0]
     padded = planning.plan_search(_config(), {"big": probe("big", "fp32", 24.0)}, validation_rows=80, test_rows=40,
                                   seq_len=64, concurrency=2, lengths={"big": lengths}).combinations[0]
-    fraction = planning.padded_fraction(lengths, 8, 64)  # the probe's micro-batch
+    fraction = padded_fraction(lengths, 8, 64)  # the probe's micro-batch
     assert padded.samples_per_second == pytest.approx(plain.samples_per_second / fraction)
+
+
+def test_batches_grouped_by_length_pad_to_the_mean_length_and_the_plan_counts_on_it():
+    rng = np.random.default_rng(0)
+    lengths = np.minimum(rng.gamma(6.0, 6.0, 20_000).round() + 2, 64)
+    stats = percentiles(lengths)
+
+    def simulated(batch: int, megabatch: int) -> float:  # transformers' sampler: sort each megabatch, cut batches
+        order = rng.permutation(len(lengths))[: len(lengths) // megabatch * megabatch]
+        sorted_groups = np.sort(lengths[order].reshape(-1, megabatch), axis=1)
+        return sorted_groups.reshape(-1, batch).max(axis=1).mean() / 64
+
+    for batch, megabatch in [(8, 8), (8, 32), (16, 128), (8, length_grouped_megabatch(20_000, 8))]:
+        sorted_rows = None if megabatch == batch else megabatch
+        assert padded_fraction(stats, batch, 64, sorted_rows) == pytest.approx(simulated(batch, megabatch), rel=0.05)
+    assert length_grouped_megabatch(20_000, 8) == 50 * 8  # at most 50 batches
+    assert length_grouped_megabatch(500, 64) == 64  # a small split: one batch, no grouping gain
+    grouped = padded_fraction(stats, 8, 64, length_grouped_megabatch(20_000, 8))
+    assert grouped == pytest.approx(lengths.mean() / 64, rel=0.03)
+    assert grouped < 0.8 * padded_fraction(stats, 8, 64)
+
+    def plan(group_by_length: bool):
+        config = _config()
+        config = config.model_copy(update={"data": config.data.model_copy(update={"group_by_length": group_by_length})})
+        return planning.plan_search(config, {"big": probe("big", "fp32", 24.0)}, validation_rows=80, test_rows=40,
+                                    seq_len=64, concurrency=2, lengths={"big": stats},
+                                    train_rows=20_000).combinations[0]
+
+    step_rows = 24  # the space's mean effective batch, 16 and 32
+    assert plan(True).samples_per_second == pytest.approx(
+        24.0 / padded_fraction(stats, 8, 64, length_grouped_megabatch(20_000, step_rows)))
+    assert plan(False).samples_per_second == pytest.approx(24.0 / padded_fraction(stats, 8, 64))
 
 
 def test_a_causal_lms_export_adds_its_generations_token_by_token():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from finesweep.spaces import ModelCandidate, SweepConfig
 from finesweep.trainer import data
 from finesweep.trainer.trial import BatchPlan, TrialPlan, plan_batches, train
+from tests import tiny
 
 
 @pytest.mark.parametrize("effective,max_micro,devices,expected", [
@@ -70,6 +72,32 @@ def test_a_trial_reports_every_evaluation_with_its_checkpoint(tmp_path, sentimen
         assert 2 <= per_sample <= 32
     peaks = [m["peak_memory_mib"] for _, m, _ in sink.evaluations]
     assert 10 < peaks[0] <= peaks[-1] < 24 * 1024  # this process's resident peak, in MiB, never shrinking
+
+
+def test_a_trial_batches_rows_of_similar_length_together_unless_told_not_to(tmp_path, tiny_classifier):
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    from finesweep.trainer.trial import _build_trainer
+
+    rng = random.Random(0)
+    rows = [{**row, "text": " ".join([row["text"]] + rng.choices(tiny.FILLER, k=rng.randrange(12)))}
+            for row in tiny.sentiment_rows(300)]  # 6 to 17 words
+    prepared, tokenized = tokenized_splits(tmp_path, tiny.write_csv(tmp_path / "varied.csv", rows), tiny_classifier)
+
+    def one_epoch(group_by_length: bool) -> tuple[int, int, bool]:
+        """(token positions of the padded batches, real tokens, whether transformers' length sampler drew them)"""
+        plan = make_plan(tmp_path, tiny_classifier, tokenized, prepared.label_names, group_by_length=group_by_length)
+        trainer = _build_trainer(plan, RecordingSink())
+        batches = list(trainer.get_train_dataloader())
+        grouped = isinstance(trainer._get_train_sampler(), LengthGroupedSampler)
+        return (sum(b["input_ids"].numel() for b in batches), sum(int(b["attention_mask"].sum()) for b in batches),
+                grouped)
+
+    grouped_positions, grouped_tokens, grouped = one_epoch(True)
+    random_positions, random_tokens, by_length = one_epoch(False)
+    assert grouped and not by_length
+    assert grouped_tokens == random_tokens  # every training row once either way
+    assert grouped_positions < 0.9 * random_positions  # less padding
 
 
 def test_lora_trial_trains_only_adapters_and_reports(tmp_path, sentiment_csv, tiny_classifier):

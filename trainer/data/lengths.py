@@ -28,10 +28,16 @@ def token_lengths(prepared_folder: Path, tokenizer, task: Task, sample: int = 50
     return np.array([len(row) for row in ids])
 
 
+# The percentiles a report keeps: the upper ones size max_seq_len, all of them the plan's padded batch lengths
+# (search/probe/plan.py: the longest row of a random batch sits high in the distribution, batches sorted by
+# length pad to the whole range).
+KEPT_PERCENTILES = (10, 25, 50, 75, 90, 95, COVERED_PERCENTILE)
+
+
 def percentiles(lengths: np.ndarray) -> dict[str, float]:
-    """p50/p95/p99/max of the lengths."""
-    return {"p50": float(np.percentile(lengths, 50)), "p95": float(np.percentile(lengths, 95)),
-            "p99": float(np.percentile(lengths, COVERED_PERCENTILE)), "max": float(lengths.max())}
+    """min, p10 ... p99 (KEPT_PERCENTILES) and max of the lengths."""
+    return {"min": float(lengths.min()), **{f"p{q}": float(np.percentile(lengths, q)) for q in KEPT_PERCENTILES},
+            "max": float(lengths.max())}
 
 
 def covering_length(percentiles: dict[str, float], model_limit: int | None) -> int:
