@@ -1,13 +1,14 @@
 """How far one trial gets on the example's data in the time the quickstart's search has: the ceiling of a sweep.
 
 Each configuration is one hand-picked trial, trained with the plain transformers Trainer on the example's own
-prepared splits (finesweep's data preparation and tokenization of `sweeps/tweets.yaml`), random batches padded to
-their longest row as in the sweep's trials, a linear schedule with 6% warm-up, one CPU thread, scored on the 2,000
-test rows at its end. Configurations run two at a time (two single-threaded processes on the 2 cores, as the
-sweep's two trials at once do). Pooling `mean` replaces the [CLS] head of AutoModelForSequenceClassification with
-a linear layer on the mean of the last hidden states (how the all-MiniLM checkpoint was trained to embed
-sentences), as a sweep file's `pooling: mean` does (trainer/mean_pooling.py; this script keeps its own few lines so
-its earlier rows stay comparable). Writes one_trial-results.json.
+prepared splits (finesweep's data preparation and tokenization of `sweeps/tweets.yaml`), batches padded to their
+longest row, drawn at random or grouped by length (the sweep's trials' default, data.group_by_length), a linear
+schedule with 6% warm-up, one CPU thread, scored on the 2,000 test rows at its end. Configurations run two at a time
+(two single-threaded processes on the 2 cores, as the sweep's two trials at once do). Pooling `mean` replaces the
+[CLS] head of AutoModelForSequenceClassification with a linear layer on the mean of the last hidden states (how the
+all-MiniLM checkpoint was trained to embed sentences), as a sweep file's `pooling: mean` does
+(trainer/mean_pooling.py; this script keeps its own few lines so its earlier rows stay comparable). Writes
+one_trial-results.json.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/quickstart/one_trial.py            # the table in benchmarks/README.md
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/quickstart/one_trial.py --one 3 cls random 3e-4 300 32
@@ -32,6 +33,7 @@ PAIRS = [
     [(6, "cls", "random", 5e-5, 480, 8), (3, "cls", "random", 5e-5, 900, 8)],
     [(6, "mean", "random", 5e-5, 480, 8), (6, "mean", "random", 1e-4, 480, 8)],
     [(6, "cls", "random", 5e-5, 720, 8), (6, "mean", "random", 1e-4, 720, 8)],
+    [(6, "mean", "group_by_length", 1e-4, 720, 8), (6, "mean", "random", 1e-4, 720, 8)],
 ]
 
 

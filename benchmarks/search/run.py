@@ -99,8 +99,8 @@ def example() -> dict[str, Any]:
 
 
 def small_model(layers: int) -> dict[str, Any]:
-    """The example's small candidate (MiniLM truncated), at `layers` layers."""
-    base = next(m for m in example()["models"] if m.get("config_overrides", {}).get("num_hidden_layers"))
+    """The example's pretrained MiniLM truncated to `layers` layers, with transformers' [CLS] head."""
+    base = example()["models"][0]
     return {"name": f"minilm-l{layers}", "path": base["path"], "config_overrides": {"num_hidden_layers": layers}}
 
 

@@ -1,6 +1,6 @@
 """Tracking overhead: the same trial with and without MLflow tracking, against the embedded store and a real server.
 
-One trial recipe (the example's data from `sweeps/tweets.yaml`, its smaller candidate `minilm-l3`, a fixed recipe,
+One trial recipe (the example's data from `sweeps/tweets.yaml`, its MiniLM cut to 3 layers as `minilm-l3`, a fixed recipe,
 one seed) is built by finesweep's own `build_plan` and trained by `finesweep.trainer.trial.train` several times,
 in one process, in a balanced order (`schedule`: none sqlite server, server none sqlite, sqlite server none for 3
 repeats; every arm has the same mean position, so a steady drift of the shared machine shifts all arms alike):
@@ -159,6 +159,8 @@ def sweep_config(args: argparse.Namespace) -> Any:
     from finesweep.spaces.loader import load
 
     raw = load(SWEEP_FILE).model_dump(mode="json")
+    # The example's pretrained MiniLM, first 3 of its 6 layers, [CLS] head: the recipe the figures were measured on.
+    raw["models"] = [{"name": MODEL, "path": raw["models"][0]["path"], "config_overrides": {"num_hidden_layers": 3}}]
     raw["data"]["splits"] = {"train": args.train_rows, "validation": args.validation_rows, "test": args.validation_rows}
     raw["search"].update(max_steps=args.max_steps, eval_every_steps=args.eval_every)
     raw["resources"]["cpus_per_trial"] = args.threads

@@ -5,8 +5,8 @@ knows what an evaluation period costs: `eval_every_steps` optimizer steps at the
 one pass over the validation split. With a time budget that cannot pay for every combination's `max_steps`, the
 trials are allotted time, not steps (Hyperband's allocation in seconds): every evaluation period lasts what the
 fastest combination's does, a slower combination trains fewer samples in it, and a trial has as many periods as
-fit in the budget after its start, so whichever trial starts first trains to its full length and its learning-rate
-schedule ends inside the budget (a trial the budget cuts ends at its peak rate, undertrained), and ASHA compares
+fit in the budget after its start (stretched to fill it but a margin), so whichever trial starts first trains to
+its full length and its learning-rate schedule ends inside the budget (a trial the budget cuts ends at its peak rate, undertrained), and ASHA compares
 trials at equal seconds. A step budget shortens the trials to what it pays for. Then the plan simulates the search
 (ASHA's rungs and cut-off exactly as Ray applies them, trials of random quality, `max_concurrent_trials` at once,
 the budget) to count the trials that can start in it, which become num_trials (never raised), so TPE's random
@@ -53,6 +53,10 @@ DECODE_TOKEN_COST = 8.0
 # A CPU export scores with every core, the probe timed a trial's cpus_per_trial: speed grows with the ratio (2.05x
 # from 1 to 2 threads, the quickstart's MiniLM) up to this many times (small matrices stop feeding more threads).
 EXPORT_THREADS_CAP = 4.0
+# The budget a trial started first may fill: the rest is the margin for the probe's speeds being optimistic (the
+# trials' periods came out 5% shorter than planned on the quickstart), so that trial ends with its last evaluation
+# rather than cut before it.
+BUDGET_MARGIN = 0.05
 FORWARD_SPEEDUP = 3.0  # evaluation speed when the probe could not measure it: a forward pass, no backward
 SIMULATIONS = 31  # seeded runs of the search; the plan reports their median
 
@@ -274,7 +278,7 @@ def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_
     """The trials' length. The file's max_steps when the budget pays for it with every combination; under a time
     budget that does not, periods of the fastest combination's length (at least twice the longest evaluation, so
     no combination spends more than half its time evaluating), as many as a trial started first fits after its
-    start; under a step budget, at most the steps it pays for."""
+    start, stretched to fill the budget (see _stretched); under a step budget, at most the steps it pays for."""
     evaluations = max_steps // eval_every_steps
     schedule = Schedule(evaluations)
     if time_budget is not None:
@@ -284,10 +288,14 @@ def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_
             longest_evaluation = max(c.seconds_per_evaluation for c in combinations)
             period = max(fastest.period_seconds(eval_every_steps), 2 * longest_evaluation)
             fits = int((time_budget - TRIAL_START_SECONDS) // period)
-            schedule = Schedule(max(1, min(evaluations, fits)), period)
             why = (f"what {fastest.key} takes for {eval_every_steps} steps and its evaluation"
                    if period == fastest.period_seconds(eval_every_steps) else
                    f"twice the longest evaluation, {longest_evaluation:.0f} s")
+            stretched = _stretched(period, fastest, fits, evaluations, max_steps, time_budget)
+            if stretched > period:
+                period = stretched
+                why += f", stretched to fill the budget but {BUDGET_MARGIN:.0%}"
+            schedule = Schedule(max(1, min(evaluations, fits)), period)
             schedule.notes.append(
                 f"trials allotted time: {schedule.evaluations} evaluation periods of {period:.0f} s each ({why}), so "
                 f"a trial started first ends inside the {time_budget / 60:g}-minute budget; {slowest.key} would "
@@ -301,6 +309,18 @@ def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_
         schedule.notes.append(f"trials shortened to {schedule.evaluations * eval_every_steps} steps: the step budget "
                               f"is {step_budget}")
     return schedule
+
+
+def _stretched(period: float, fastest: CombinationTimes, fits: int, evaluations: int, max_steps: int,
+               time_budget: float) -> float:
+    """The period lengthened so that the `fits` periods of a trial started first fill the budget but its margin,
+    where fewer than the file's `evaluations` fit (the fastest combination then still trains max_steps at most);
+    else the period as it is."""
+    if not 0 < fits < evaluations:
+        return period
+    filling = (time_budget * (1 - BUDGET_MARGIN) - TRIAL_START_SECONDS) / fits
+    ceiling = fastest.seconds_per_evaluation + max_steps * fastest.seconds_per_step / fits
+    return max(period, min(filling, ceiling))
 
 
 def samples_per_evaluation(combinations: list[CombinationTimes], period: float, mean_batch: float) -> dict[str, int]:

@@ -101,6 +101,22 @@ def test_a_time_budget_too_short_for_the_slowest_allots_time_in_the_fastests_per
     assert hopeless.evaluations == 1 and any("does not pay for one evaluation" in n for n in hopeless.notes)
 
 
+def test_the_periods_stretch_to_fill_the_budget_but_never_past_max_steps():
+    fast, slow = times("fast", step=0.5, evaluation=5.0), times("slow", step=2.0, evaluation=10.0)  # 30 s, 110 s
+    # 12 periods of 30 s fit after a trial's start in 395 s, and leave 25 s: more than the margin (20 s), so the
+    # periods grow until a trial started first ends at 95% of the budget.
+    schedule = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=395.0, step_budget=None)
+    assert schedule.evaluations == 12 and "stretched" in schedule.notes[0]
+    assert START + 12 * schedule.period_seconds == pytest.approx(395.0 * (1 - planning.BUDGET_MARGIN))
+    # 1 period of 30 s fits in 69 s; filling 95% of it would train fast 111 steps, past max_steps (100): the
+    # stretch stops where fast trains exactly those.
+    capped = planned_schedule([fast], max_steps=100, eval_every_steps=50, time_budget=69.0, step_budget=None)
+    assert capped.evaluations == 1 and capped.period_seconds == pytest.approx(5.0 + 100 * 0.5)
+    # A budget that leaves less than the margin keeps the fastest's period.
+    kept = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=385.0, step_budget=None)
+    assert kept.period_seconds == 30.0 and "stretched" not in kept.notes[0]
+
+
 def test_no_combination_spends_more_than_half_a_period_evaluating():
     fast, slow_eval = times("fast", step=0.5, evaluation=5.0), times("slow-eval", step=1.0, evaluation=40.0)
     schedule = planned_schedule([fast, slow_eval], max_steps=2000, eval_every_steps=50, time_budget=600.0,
@@ -151,13 +167,16 @@ def test_a_time_budget_allots_each_combination_the_same_seconds_and_counts_the_t
     plan = _plan(_config(time_budget_minutes=5, num_trials=50, max_steps=2000), probes)
     big, small = (next(c for c in plan.combinations if c.key == key) for key in ("big", "small"))
     assert [c.key for c in plan.combinations] == ["big", "small"]
-    # small: 50 steps of 24 samples at 48/s and 80 rows at 40/s = 27 s, the period of every trial.
-    assert plan.period_seconds == pytest.approx(27.0)
+    # small: 50 steps of 24 samples at 48/s and 80 rows at 40/s = 27 s; as many as fit after a trial's start,
+    # stretched so that they fill the budget but its margin: the period of every trial.
     assert plan.evaluations == int((300 - START) // 27.0) == plan.max_steps // 50
-    assert plan.samples_per_evaluation == {"small": 50 * 24, "big": round((27.0 - 2.0) * 24.0)}
-    assert plan.trial_steps(small) == plan.evaluations * 50 and plan.trial_steps(big) < plan.evaluations * 50
+    filled = 300 * (1 - planning.BUDGET_MARGIN)
+    assert plan.period_seconds == pytest.approx((filled - START) / plan.evaluations) and plan.period_seconds > 27.0
+    period = plan.period_seconds
+    assert plan.samples_per_evaluation == {"small": round((period - 2.0) * 48.0), "big": round((period - 2.0) * 24.0)}
+    assert plan.trial_steps(big) < plan.trial_steps(small) <= 2000
     assert plan.trial_seconds(big) == pytest.approx(plan.trial_seconds(small))
-    assert plan.trial_seconds(small) <= 300
+    assert plan.trial_seconds(small) == pytest.approx(filled, abs=1)
     # Two slots for 300 s, a trial stopped at its first rung costing 37 s: never 50 trials.
     assert plan.num_trials < 50 and any("num_trials 50 ->" in note for note in plan.notes)
     assert 1 <= plan.simulated.started <= plan.num_trials
