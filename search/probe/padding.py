@@ -35,7 +35,7 @@ def padded_fraction(percentiles: dict[str, float], batch: int, seq_len: int, sor
     way from the megabatch of the step's rows."""
     batch = max(batch, 1)
     megabatch = max(sorted_rows or batch, batch)
-    batches = max(1, megabatch // max(batch, 1))
+    batches = megabatch // batch
     # The first batch holds the megabatch's longest row; the j-th, the row at rank j x batch from the top.
     quantiles = [1 - 1 / (megabatch + 1)] + [1 - j / batches for j in range(1, batches)]
     lengths = (min(max(quantile_length(percentiles, q), 1.0), seq_len) for q in quantiles)

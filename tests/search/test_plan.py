@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from finesweep.search.probe import export_time
 from finesweep.search.probe import plan as planning
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.plan import CombinationTimes, Lane, asha_milestones, planned_schedule, simulate
@@ -156,8 +157,8 @@ def test_a_sweep_without_budget_keeps_its_length_and_trials_and_predicts_their_t
     assert plan.trial_steps(big) == 400 and plan.trial_seconds(big) == pytest.approx(START + 8 * (50 + 2.0))
     assert 0 < plan.simulated.stopped_early < 10 and plan.simulated.completed >= 1
     assert plan.search_seconds < 10 * plan.trial_seconds(big) / 2  # ASHA stops some trials early, two run at once
-    int8 = planning.VARIANT_SLOWDOWN["int8"]
-    per_variant = planning.EXPORT_FIXED_SECONDS + planning.SPEED_PASS_SECONDS["classification"]
+    int8 = export_time.VARIANT_SLOWDOWN["int8"]
+    per_variant = export_time.EXPORT_FIXED_SECONDS + export_time.SPEED_PASS_SECONDS["classification"]
     assert plan.export_seconds == pytest.approx(2 * per_variant + (1 + int8) * 40 / 40.0)
 
 
@@ -257,19 +258,19 @@ def test_a_causal_lms_export_adds_its_generations_token_by_token():
         config = config.model_copy(update={
             "data": config.data.model_copy(update={"task": Task.causal_lm}),
             "export": config.export.model_copy(update={"generation_samples": samples})})
-        return planning.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
+        return export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
 
     # 16 answers of 32 new tokens, each token DECODE_TOKEN_COST tokens of a forward pass at 1 row/s of 64 tokens,
     # once in full precision and once at int8's slowdown.
-    per_variant = 16 * 32 * planning.DECODE_TOKEN_COST / 64
-    assert export(16) - export(0) == pytest.approx(per_variant * (1 + planning.VARIANT_SLOWDOWN["int8"]))
+    per_variant = 16 * 32 * export_time.DECODE_TOKEN_COST / 64
+    assert export(16) - export(0) == pytest.approx(per_variant * (1 + export_time.VARIANT_SLOWDOWN["int8"]))
 
 
 def test_an_export_on_a_gpu_machine_counts_the_cpu_timing_pass_of_every_variant():
     config = _config()  # full precision and int8
-    on_cpu = planning.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
-    on_gpu = planning.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64, timed_on_cpu_too=True)
-    assert on_gpu - on_cpu == pytest.approx(2 * planning.SPEED_PASS_SECONDS["classification"])
+    on_cpu = export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
+    on_gpu = export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64, timed_on_cpu_too=True)
+    assert on_gpu - on_cpu == pytest.approx(2 * export_time.SPEED_PASS_SECONDS["classification"])
 
 
 def test_a_cpu_export_scores_the_test_split_with_every_core_where_the_probe_timed_one_trials():
@@ -278,10 +279,10 @@ def test_a_cpu_export_scores_the_test_split_with_every_core_where_the_probe_time
     config = _config()  # full precision and int8
 
     def scoring(ratio: float) -> float:
-        fixed = planning.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=0, seq_len=64, thread_ratio=ratio)
-        return planning.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64,
+        fixed = export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=0, seq_len=64, thread_ratio=ratio)
+        return export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64,
                                        thread_ratio=ratio) - fixed
 
     assert scoring(2.0) == pytest.approx(scoring(1.0) / 2)
-    assert scoring(64.0) == pytest.approx(scoring(1.0) / planning.EXPORT_THREADS_CAP)
+    assert scoring(64.0) == pytest.approx(scoring(1.0) / export_time.EXPORT_THREADS_CAP)
     assert scoring(0.5) == pytest.approx(scoring(1.0))  # a trial with more threads than the export: no slow-down

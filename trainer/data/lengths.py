@@ -29,7 +29,7 @@ def token_lengths(prepared_folder: Path, tokenizer, task: Task, sample: int = 50
 
 
 # The percentiles a report keeps: the upper ones size max_seq_len, all of them the plan's padded batch lengths
-# (search/probe/plan.py: the longest row of a random batch sits high in the distribution, batches sorted by
+# (search/probe/padding.py: the longest row of a random batch sits high in the distribution, batches sorted by
 # length pad to the whole range).
 KEPT_PERCENTILES = (10, 25, 50, 75, 90, 95, COVERED_PERCENTILE)
 
