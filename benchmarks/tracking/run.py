@@ -1,8 +1,8 @@
 """Tracking overhead: the same trial with and without MLflow tracking, against the embedded store and a real server.
 
-One trial recipe (the example's data from `sweeps/tweets.yaml`, its MiniLM cut to 3 layers as `minilm-l3`, a fixed recipe,
-one seed) is built by finesweep's own `build_plan` and trained by `finesweep.trainer.trial.train` several times,
-in one process, in a balanced order (`schedule`: none sqlite server, server none sqlite, sqlite server none for 3
+One trial recipe (the example's data from `sweeps/tweets.yaml`, its MiniLM cut to 3 layers as `minilm-l3`, a fixed
+recipe, one seed) is built by finesweep's own `build_plan` and trained by `finesweep.trainer.trial.train` several
+times, in one process, in a balanced order (`schedule`: none sqlite server, server none sqlite, sqlite server none for 3
 repeats; every arm has the same mean position, so a steady drift of the shared machine shifts all arms alike):
 
 - none:   a sink that only keeps the numbers; no Tracker at all.
