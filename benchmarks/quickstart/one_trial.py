@@ -53,8 +53,6 @@ def one_trial(layers: int, pooling: str, sampling: str, lr: float, steps: int, b
     path = resolve_path(config.models[0].path, REPO / "sweeps")
     tokenizer = AutoTokenizer.from_pretrained(path)
     splits = load_tokenized(tokenize(prepared, tokenizer, "classification", config.data.max_seq_len, cache))
-    if sampling == "group_by_length":
-        splits = splits.map(lambda row: {"length": len(row["input_ids"])})
     model = _model(path, layers, pooling, len(prepared.label_names))
     args = TrainingArguments(
         output_dir=str(cache.parent / "trainer"), max_steps=steps, learning_rate=lr, weight_decay=0.01,

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import statistics
 
-# The percentile keys of trainer/data/lengths.percentiles, with the quantile each one stands for. Older reports
-# carry only p50 and up: what is present is used, a quantile below the lowest present takes its value.
+# The percentile keys of trainer/data/lengths.percentiles (a test keeps the two in step), with their quantiles.
+# Older reports carry only p50 and up: what is present is used, a quantile below the lowest present takes its value.
 ANCHORS = (("min", 0.0), ("p10", 0.10), ("p25", 0.25), ("p50", 0.50), ("p75", 0.75), ("p90", 0.90),
            ("p95", 0.95), ("p99", 0.99), ("max", 1.0))
 # transformers' LengthGroupedSampler: a megabatch holds this many batches at most, and no more than a quarter of

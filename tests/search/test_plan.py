@@ -8,7 +8,7 @@ import pytest
 
 from finesweep.search.probe import export_time
 from finesweep.search.probe import plan as planning
-from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
+from finesweep.search.probe.padding import ANCHORS, length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.plan import CombinationTimes, Lane, asha_milestones, planned_schedule, simulate
 from finesweep.search.probe.table import ProbeResult
 from finesweep.search.tuning import ray_compat
@@ -224,6 +224,7 @@ def test_batches_grouped_by_length_pad_to_the_mean_length_and_the_plan_counts_on
     rng = np.random.default_rng(0)
     lengths = np.minimum(rng.gamma(6.0, 6.0, 20_000).round() + 2, 64)
     stats = percentiles(lengths)
+    assert [key for key, _ in ANCHORS] == list(stats)  # the plan reads every percentile the length report keeps
 
     def simulated(batch: int, megabatch: int) -> float:  # transformers' sampler: sort each megabatch, cut batches
         order = rng.permutation(len(lengths))[: len(lengths) // megabatch * megabatch]
