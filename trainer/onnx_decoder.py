@@ -35,8 +35,12 @@ from finesweep.trainer.onnx_runtime import EXPORTER_LOGGER, ONNX_FILE, cpu_sessi
 
 log = logging.getLogger(__name__)
 
-# The cache's tensors in the graph, per layer: `input.past_key_values.layers.<i>.keys` in, `output.` ... out.
-CACHE_IN, CACHE_OUT = "input.past_key_values.", "output.past_key_values."
+# The graph's inputs that are not the cache. Every other input is a cache tensor, `input.<container>.layers.<i>.keys`
+# (or `.values`), fed back from the output `output.<container>.layers.<i>.keys`: the exporter names the container after
+# the forward argument (`past_key_values` up to transformers 5.23, `cache` from 5.24), so names are read from the graph.
+TOKEN_INPUTS = ("input_ids", "attention_mask", "position_ids")
+# ONNX element types of a cache tensor, as ONNX Runtime spells them, to numpy's.
+CACHE_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 CACHE_VARYING_AXES = (0, 2)  # batch and length; heads and head size are the model's
 # transformers' exporter warns through it that it is experimental and which versions it was tested with.
 TRANSFORMERS_EXPORTER_LOGGER = "transformers.exporters"
@@ -201,9 +205,8 @@ class OnnxCausalLM:
         folder = Path(folder)
         self.session = cpu_session(folder, threads)
         self.input_names = {entry.name for entry in self.session.get_inputs()}
-        self.cache_inputs = [entry for entry in self.session.get_inputs() if entry.name.startswith(CACHE_IN)]
-        # Each output feeds the input of the same name at the next step.
-        self.outputs = ["logits"] + [CACHE_OUT + entry.name[len(CACHE_IN):] for entry in self.cache_inputs]
+        self.cache_inputs, cache_outputs = cache_tensors(self.session)
+        self.outputs = ["logits"] + cache_outputs
         self.config = AutoConfig.from_pretrained(folder)
         self.generation_config = (GenerationConfig.from_pretrained(folder)
                                   if (folder / "generation_config.json").is_file()
@@ -266,8 +269,29 @@ class OnnxCausalLM:
     def _empty_cache(self, batch: int) -> list[np.ndarray]:
         """A cache holding no position yet, for each layer's keys and values: [batch, heads, 0, head size] (ONNX
         Runtime gives some static dimensions as text)."""
-        return [np.zeros((batch, int(entry.shape[1]), 0, int(entry.shape[3])), dtype=np.float32)
+        return [np.zeros((batch, int(entry.shape[1]), 0, int(entry.shape[3])), dtype=CACHE_DTYPES[entry.type])
                 for entry in self.cache_inputs]
+
+
+def cache_tensors(session: Any) -> tuple[list[Any], list[str]]:
+    """The graph's cache inputs (ONNX Runtime's input entries, in the graph's order) and, for each, the name of the
+    output that feeds it at the next step: the output whose name ends like the input's after its container
+    (`layers.<i>.keys`). A graph without logits or whose cache outputs do not answer its cache inputs one to one was
+    not made by this exporter: a ValueError names what was found."""
+    inputs = [entry for entry in session.get_inputs() if entry.name not in TOKEN_INPUTS]
+    outputs = {_cache_slot(entry.name): entry.name for entry in session.get_outputs() if entry.name != "logits"}
+    slots = [_cache_slot(entry.name) for entry in inputs]
+    if sorted(slots) != sorted(outputs) or "logits" not in {entry.name for entry in session.get_outputs()}:
+        found = [entry.name for entry in session.get_outputs()]
+        raise ValueError(f"the ONNX graph's cache inputs {[entry.name for entry in inputs]} do not match its outputs "
+                         f"{found} one to one (expected logits and one output per cache input): export the model "
+                         "again with this version of finesweep")
+    return inputs, [outputs[slot] for slot in slots]
+
+
+def _cache_slot(name: str) -> str:
+    """`input.cache.layers.0.keys` and `output.past_key_values.layers.0.keys` -> `layers.0.keys`."""
+    return name.split(".", 2)[-1]
 
 
 def positions_of(mask: np.ndarray) -> np.ndarray:

@@ -214,8 +214,8 @@ def _device_map(variant: str) -> str:
 
 
 def _onnx_decoder_usage(folder: str) -> list[str]:
-    """ONNX Runtime's own way for a causal LM: a session on the graph, greedy decoding over its key/value cache (the
-    graph's `input.past_key_values.*` inputs, fed back from its `output.` ones), the folder's tokenizer."""
+    """ONNX Runtime's own way for a causal LM: a session on the graph, greedy decoding over its key/value cache (every
+    input of the graph but the tokens, fed back from the output named like it), the folder's tokenizer."""
     return [
         f"`{folder}` runs in ONNX Runtime, its linear layers in int8 with its key/value cache in the graph "
         "(`pip install onnxruntime transformers`; no torch needed). Greedy decoding:\n",
@@ -228,8 +228,10 @@ def _onnx_decoder_usage(folder: str) -> list[str]:
         f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
         "prompt = \"Hello!\"  # a chat model: tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)",
         'tokens = tokenizer(prompt, return_tensors="np")["input_ids"]',
-        'cache = [i for i in session.get_inputs() if i.name.startswith("input.past_key_values.")]',
-        'outputs = ["logits"] + ["output." + i.name[len("input."):] for i in cache]',
+        '# every input but the tokens is a key/value cache tensor, fed back from the output named like it',
+        'cache = [i for i in session.get_inputs() if i.name not in ("input_ids", "attention_mask", "position_ids")]',
+        'fed_by = {o.name.split(".", 2)[-1]: o.name for o in session.get_outputs()}  # "layers.0.keys": its output',
+        'outputs = ["logits"] + [fed_by[i.name.split(".", 2)[-1]] for i in cache]',
         "# an empty cache per layer: [batch, heads, 0 positions, head size]",
         "feed = {i.name: np.zeros((1, int(i.shape[1]), 0, int(i.shape[3])), np.float32) for i in cache}",
         "length, answer = tokens.shape[1], []",

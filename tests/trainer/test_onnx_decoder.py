@@ -50,8 +50,8 @@ def test_the_folder_holds_an_int8_graph_with_its_cache(onnx_llama, full_llama):
     inputs = {i.name: i.shape for i in session_inputs}
     layers = model.config.num_hidden_layers
     assert {"input_ids", "attention_mask", "position_ids"} <= set(inputs)
-    cache = [shape for name, shape in inputs.items() if name.startswith("input.past_key_values.")]
-    assert len(cache) == 2 * layers  # keys, values per layer
+    cache = [shape for name, shape in inputs.items() if name.startswith("input.") and name.endswith(("keys", "values"))]
+    assert len(cache) == 2 * layers and len(inputs) == 3 + len(cache)  # keys, values per layer; nothing else
     # Batch and length are dynamic; the cache's heads and head size are the model's, fixed in the graph.
     heads, head_size = model.config.num_key_value_heads, model.config.hidden_size // model.config.num_attention_heads
     assert all(isinstance(s[0], str) and s[1:] == [heads, s[2], head_size] and isinstance(s[2], str) for s in cache)
