@@ -17,6 +17,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Hyperparameter and batch-size search for fine-tuning open Hugging Face models.")
 
 USER_ERROR_EXIT = 2
+# The sweep ran and exported, but a variant of export.quantization could not be made (summary.json's
+# export_not_made says which and why): a script that chains finesweep notices.
+EXPORT_INCOMPLETE_EXIT = 3
 SweepArg = typer.Argument(..., help="A sweep file (YAML), or the folder of a sweep that has run.")
 
 
@@ -99,8 +102,15 @@ def run(
         from finesweep.search.sweep import run as run_sweep
 
         summary = run_sweep(config, address=address, tracking_uri=tracking_uri)
+    _exit_for(summary)
+
+
+def _exit_for(summary: dict) -> None:
+    """0: exported in full; 1: no trial reported an evaluation; 3: exported without a variant asked for."""
     if summary.get("best") is None:
         raise typer.Exit(1)
+    if summary.get("export_not_made"):
+        raise typer.Exit(EXPORT_INCOMPLETE_EXIT)
 
 
 @app.command()
@@ -199,8 +209,7 @@ def resume(sweep: Path = SweepArg,
         from finesweep.search.sweep import resume as resume_sweep
 
         summary = resume_sweep(root, address=address)
-    if summary.get("best") is None:
-        raise typer.Exit(1)
+    _exit_for(summary)
 
 
 def _reachable_run(tracker, run_id: str):
@@ -313,9 +322,11 @@ def export_command(sweep: Path = SweepArg,
             raise SweepFileError(f"--quantize: {', '.join(unknown)} is not a quantization finesweep makes; "
                                  f"choose from {', '.join(q.value for q in Quantization)}, e.g. --quantize nf4,int8.")
         try:
-            reexport(root, methods, out)
+            exported = reexport(root, methods, out)
         except FileNotFoundError as error:
             raise SweepFileError(f"{error}. Run the sweep to the end first (`finesweep run` or `finesweep resume`).") from None
+    if exported.not_made:
+        raise typer.Exit(EXPORT_INCOMPLETE_EXIT)
 
 
 @app.command()

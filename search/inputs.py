@@ -3,6 +3,7 @@ folders, and its data prepared and tokenized per candidate (in the chat template
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,12 +34,36 @@ class SweepFolder:
     def state_file(self) -> Path:
         return self.root / "sweep-state.json"
 
+    @property
+    def log_file(self) -> Path:
+        """What finesweep and its libraries log at INFO and above, tracebacks included (see log_to_file)."""
+        return self.root / "finesweep.log"
+
     def export_dir(self, config: SweepConfig) -> Path:
         return Path(config.export.output_dir) if config.export.output_dir else self.root / "export"
 
 
 def sweep_folder(config: SweepConfig) -> SweepFolder:
     return SweepFolder(Path(config.output_root).resolve() / config.name)
+
+
+def log_to_file(path: Path) -> None:
+    """This process's log records at INFO and above also go to `path` (appended), while the console keeps showing
+    what it showed: tracebacks a user need not read (an export variant that failed) are kept there, not lost."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if getattr(h, "finesweep_sweep_log", False)]:
+        root.removeHandler(handler)  # the previous sweep's, in a process that runs several
+        handler.close()
+    for handler in root.handlers:
+        if type(handler) is logging.StreamHandler and handler.level == logging.NOTSET:
+            handler.setLevel(root.level)  # the console's level was the root's: it stays when the root lowers
+    path.parent.mkdir(parents=True, exist_ok=True)
+    file_handler = logging.FileHandler(path, encoding="utf-8")
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    file_handler.setLevel(logging.INFO)
+    file_handler.finesweep_sweep_log = True  # type: ignore[attr-defined]
+    root.addHandler(file_handler)
+    root.setLevel(min(root.level, logging.INFO))
 
 
 @dataclass

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from finesweep.search.inputs import PreparedSweep, SweepFolder, prepare_data, sweep_folder
+from finesweep.search.inputs import PreparedSweep, SweepFolder, log_to_file, prepare_data, sweep_folder
 from finesweep.search.measure import Measured, measure_inputs, plan_trials
 from finesweep.search.outputs.console import Console
 from finesweep.search.probe.device import Device
@@ -18,7 +18,7 @@ from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.selection.deploy import CPU_PREFIX
 from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEPLOY_CPU_TAG, DEPLOY_TAG,
-                                            DEVICE_TAG, GIT_COMMIT_TAG, GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG,
+                                            DEVICE_TAG, EXPORT_COMPLETE_TAG, GIT_COMMIT_TAG, GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG,
                                             PYTHON_TAG)
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic
@@ -56,6 +56,7 @@ class Session(Measured):
 
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console) -> Session:
     """Data and probe (both cached by content, so a resume redoes neither) and the tracking store."""
+    log_to_file(folder.log_file)
     inputs = measure_inputs(config, folder, console)
     tracker = Tracker(tracking_uri or inputs.config.tracking.uri or default_tracking_uri(folder.root),
                       folder.root / SPOOL_FOLDER)
@@ -189,7 +190,8 @@ def _finish(session: Session, best) -> dict[str, Any]:
     registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)
     session.clock.lap("export")
     return {"best": best.as_dict(), "export_dir": str(exported.folder), "test_metrics": exported.metrics,
-            "deploy": exported.deploy, "warnings": exported.warnings, "registered": registered}
+            "deploy": exported.deploy, "warnings": exported.warnings, "registered": registered,
+            "export_complete": not exported.not_made, "export_not_made": exported.not_made}
 
 
 def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, parent: str, exported, best,
@@ -202,6 +204,7 @@ def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, par
     for variant, metrics in exported.metrics.items():
         tracker.log_metrics(parent, {f"test_{variant}_{k}": v for k, v in metrics.items()}, 0)
     _record_deploy(tracker, parent, exported.deploy, console)
+    tracker.set_tags(parent, {EXPORT_COMPLETE_TAG: str(not exported.not_made).lower()})
     tracker.log_file(parent, exported.folder / "README.md", "export")
     tracker.log_file(parent, exported.folder / "metrics.json", "export")
     if exported.generations is not None:
@@ -253,6 +256,7 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
     console = console or Console()
     state = read_state(sweep_dir)
     folder = SweepFolder(Path(state["root"]))
+    log_to_file(folder.log_file)
     summary_file = folder.root / "summary.json"
     saved = json.loads(summary_file.read_text()).get("best") if summary_file.is_file() else None
     if not saved:
@@ -281,7 +285,8 @@ def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep,
     test_split = data_module.load_tokenized(Path(data.tokenized[best.model]))["test"]
     result = export_best(config=config, checkpoint_dir=best.checkpoint_dir, tokenizer_source=best.checkpoint_dir,
                          test_split=test_split, collate=data_module.collator(tokenizer, config.data.task),
-                         best=best.as_dict(), out_dir=folder.export_dir(config), label_names=data.prepared.label_names)
+                         best=best.as_dict(), out_dir=folder.export_dir(config), label_names=data.prepared.label_names,
+                         log_file=folder.log_file)
     console.export_table(result)
     return result
 

@@ -18,18 +18,19 @@ GENERATION_SCORES = {"gen_exact_match": "exact match", "gen_token_f1": "token F1
 
 def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, float]], warnings: list[str],
                has_adapter: bool = False, examples: list[dict[str, str]] | None = None,
-               deploy: dict[str, Any] | None = None) -> str:
+               deploy: dict[str, Any] | None = None, not_made: dict[str, str] | None = None) -> str:
     """README.md of the export folder: where the model came from, how it was chosen, how well each variant does,
     which one to deploy.
 
     `examples` (causal_lm): the test prompts with their references and each variant's greedy answer; `deploy`: the
-    choice search/selection/deploy.py made."""
+    choice search/selection/deploy.py made; `not_made`: the variants asked for that could not be made, and why."""
     task = Task(config.data.task)
     parts = [
         _metadata(config, best, task),
         f"# {config.name}: fine-tuned {best.get('model', '?')}\n",
         "Exported by finesweep: the best evaluation of a hyperparameter and batch-size sweep, "
         "measured on the held-out test split, in full precision and quantized.\n",
+        _incomplete_notice(not_made) if not_made else "",
         _origin_section(config, best, task),
         _params_section(best),
         _metrics_section(metrics, task, warnings),
@@ -39,6 +40,13 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
         _adapter_section(config, best, task) if has_adapter else "",
     ]
     return "\n".join(parts)
+
+
+def _incomplete_notice(not_made: dict[str, str]) -> str:
+    """Said before anything else: a reader looking for a variant the sweep file asked for learns that it is missing."""
+    missing = "; ".join(f"`{variant}` ({reason})" for variant, reason in not_made.items())
+    return (f"> **Incomplete export**: not made: {missing}. The variants below are complete; "
+            "`finesweep export <sweep folder> --quantize <variant>` makes a missing one again.\n")
 
 
 def _metadata(config: SweepConfig, best: dict, task: Task) -> str:

@@ -39,6 +39,8 @@ class ExportResult:
     deploy: dict[str, Any] = field(default_factory=dict)
     """The variant to deploy (search/selection/deploy.py): the fastest (a classifier at batch 1, a causal LM at
     greedy decoding) within export.max_metric_drop."""
+    not_made: dict[str, str] = field(default_factory=dict)
+    """Variants of export.quantization that could not be made -> why (one line); empty when the export is complete."""
 
     def variant_folder(self, variant: str) -> Path:
         return self.folder / variant_folder(variant)
@@ -54,10 +56,12 @@ def export_best(
     best: dict,
     out_dir: Path,
     label_names: list[str] | None = None,
+    log_file: Path | None = None,
 ) -> ExportResult:
     """Write out_dir/{model, model-<method>..., [adapter], metrics.json, sweep.json, README.md}; return metrics
     and warnings. A LoRA winner is exported merged (`model`) and also as the adapter alone (`adapter`).
 
+    A variant that cannot be made is left out (`ExportResult.not_made`), its traceback logged for `log_file`.
     `label_names` is only needed for a LoRA checkpoint whose folder holds no config with id2label and whose test
     split has no ClassLabel feature (the base model's head is rebuilt from them before the adapter is merged).
     """
@@ -83,23 +87,33 @@ def export_best(
         except Exception as error:  # noqa: BLE001 - an exporter that cannot trace this architecture, say: the
             # full model and the other variants are still exported, and the card says what is missing and why
             not_made[method.value] = f"{type(error).__name__}: {error}".splitlines()[0][:300]
-            log.exception("export: %s could not be made", method.value)
+            # The traceback goes to the sweep's log file (INFO: under the console's level unless --verbose).
+            log.info("export: %s could not be made", method.value, exc_info=True)
             shutil.rmtree(out_dir / f"model-{method.value}", ignore_errors=True)
     metrics = with_speedups(metrics)
-    warnings = [f"{variant}: not made ({reason}); the other variants are exported" for variant, reason in
-                not_made.items()] + drop_warnings(metrics, task, config.export.max_metric_drop)
+    warnings = [not_made_paragraph(variant, reason, list(metrics), out_dir, log_file)
+                for variant, reason in not_made.items()] + drop_warnings(metrics, task, config.export.max_metric_drop)
     for warning in warnings:
-        log.warning("export: %s", warning)
+        log.info("export: %s", warning)
     deploy = deploy_choices(metrics, task, config.export.max_metric_drop)
     examples = side_by_side(answers)
     generations = _write_generations(out_dir / GENERATIONS, metrics, examples)
     write_json_atomic(out_dir / "metrics.json", metrics)
     write_json_atomic(out_dir / DEPLOY, deploy)
     write_json_atomic(out_dir / "sweep.json", config.model_dump(mode="json"))
-    card = model_card(config, best, metrics, warnings, adapter is not None, examples, deploy)
+    card = model_card(config, best, metrics, warnings, adapter is not None, examples, deploy, not_made)
     (out_dir / "README.md").write_text(card, encoding="utf-8")
     return ExportResult(folder=out_dir, metrics=metrics, warnings=warnings, adapter=adapter, generations=generations,
-                        deploy=deploy)
+                        deploy=deploy, not_made=not_made)
+
+
+def not_made_paragraph(variant: str, reason: str, kept: list[str], out_dir: Path, log_file: Path | None) -> str:
+    """What a user reads when an export variant failed: which, why, what the export holds instead, what to do."""
+    where = f"the traceback is in {log_file}" if log_file else "run again with --verbose for the traceback"
+    return (f"{variant} could not be made ({reason}). The export in {out_dir} holds {', '.join(kept)} instead, and "
+            f"its deploy pick is among them; {where}. The usual cause is a library version finesweep was not tested "
+            "with: scripts/setup.sh installs the locked versions (requirements.lock). Then make the variant again "
+            f"without training again: finesweep export <sweep folder> --quantize {variant}.")
 
 
 def check_backends(config: SweepConfig) -> None:

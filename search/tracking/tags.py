@@ -15,6 +15,7 @@ BEST_TRIAL_TAG = "finesweep.best_trial"
 RULE_TAG = "finesweep.pick_rule"
 PICK_TAG = "finesweep.pick"
 DEPLOY_TAG = "finesweep.deploy_variant"  # the export variant to serve: fastest within export.max_metric_drop
+EXPORT_COMPLETE_TAG = "finesweep.export_complete"  # "false" where a variant of export.quantization could not be made
 DEPLOY_CPU_TAG = "finesweep.deploy_variant_cpu"  # the same on the CPU, where a GPU machine timed the variants there too
 
 # Each trial's nested run

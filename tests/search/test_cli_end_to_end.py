@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -131,6 +132,9 @@ def test_the_summary_and_the_parent_run_time_each_phase_of_the_sweep(finished_sw
     metrics = client.get_run(state["parent_run_id"]).data.metrics
     assert {name: metrics[f"phase_{name}_seconds"] for name in phases} == phases
     assert metrics["sweep_wall_seconds"] == wall
+    # Every variant asked for was made: a script reads that from the summary, the parent run or the exit status 0.
+    assert summary["export_complete"] is True and summary["export_not_made"] == {}
+    assert client.get_run(state["parent_run_id"]).data.tags["finesweep.export_complete"] == "true"
 
 
 def test_export_reloads_with_plain_transformers_and_predicts(finished_sweep):
@@ -230,6 +234,50 @@ def test_export_command_exports_a_finished_sweep_again(finished_sweep, tmp_path)
     assert "nf4" in (tmp_path / "again" / "README.md").read_text()
     bad = finesweep("export", "sweep.yaml", "--quantize", "fp8", cwd=folder)
     assert bad.returncode == 2 and "--quantize: fp8" in bad.stderr and "Traceback" not in bad.stderr
+
+
+FAILING_ONNX_EXPORT = """
+import sys
+from finesweep.search import cli
+from finesweep.trainer import quantize as quantize_module
+
+real_quantize = quantize_module.quantize
+
+
+def quantize(full_dir, method, out_dir, task):
+    if method.value == "onnx-int8":
+        raise RuntimeError("the exporter cannot trace this architecture")
+    return real_quantize(full_dir, method, out_dir, task)
+
+
+quantize_module.quantize = quantize
+sys.argv = ["finesweep", *sys.argv[1:]]
+cli.main()
+"""
+
+
+def test_a_variant_that_cannot_be_made_is_one_paragraph_and_exit_status_3(finished_sweep, tmp_path):
+    """The real CLI with a fault injected into one exporter: the console says which variant, why, what was kept and
+    what to do, in one paragraph and without a traceback; the traceback is in the sweep's log file; the card says
+    the export is incomplete; the exit status is 3."""
+    from finesweep.search.cli import EXPORT_INCOMPLETE_EXIT
+
+    folder, sweep_dir, _ = finished_sweep
+    out = tmp_path / "again"
+    done = subprocess.run([sys.executable, "-c", FAILING_ONNX_EXPORT, "export", "sweep.yaml", "--quantize",
+                           "onnx-int8,nf4", "--out", str(out)], cwd=folder, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    console = done.stdout + done.stderr
+    assert done.returncode == EXPORT_INCOMPLETE_EXIT == 3, console[-3000:]
+    assert "Traceback" not in console
+    paragraph = " ".join(console.split())  # rich wraps the paragraph at the terminal's width
+    assert "onnx-int8 could not be made (RuntimeError: the exporter cannot trace this architecture)" in paragraph
+    assert "holds full, nf4 instead" in paragraph and "finesweep export <sweep folder> --quantize onnx-int8" in paragraph
+    assert "the traceback is in" in paragraph and "finesweep.log" in paragraph
+    logged = (sweep_dir / "finesweep.log").read_text()
+    assert "Traceback" in logged and "the exporter cannot trace this architecture" in logged
+    assert set(json.loads((out / "metrics.json").read_text())) == {"full", "nf4"}
+    assert "**Incomplete export**: not made: `onnx-int8`" in (out / "README.md").read_text()
 
 
 def test_ui_serves_the_sweep_experiment_on_loopback(finished_sweep):

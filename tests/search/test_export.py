@@ -166,9 +166,12 @@ def test_a_variant_that_cannot_be_made_is_named_and_the_others_are_exported(tiny
         collate=causal_lm_collate(tokenizer), best={**BEST, "metric": "eval_loss", "value": 5.5}, out_dir=tmp_path / "out",
     )
     assert set(result.metrics) == {"full", "int8"} and result.deploy["variant"] in result.metrics
-    assert result.warnings[0].startswith("onnx-int8: not made (RuntimeError: the exporter cannot trace this architecture)")
+    assert result.not_made == {"onnx-int8": "RuntimeError: the exporter cannot trace this architecture"}
+    assert result.warnings[0].startswith("onnx-int8 could not be made (RuntimeError: the exporter cannot trace this "
+                                         "architecture). The export in ") and "holds full, int8 instead" in result.warnings[0]
     assert not (tmp_path / "out" / "model-onnx-int8").exists()
-    assert "onnx-int8: not made" in (tmp_path / "out" / "README.md").read_text()
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "**Incomplete export**: not made: `onnx-int8` (RuntimeError" in card and "> Warning: onnx-int8 could not" in card
 
 
 def test_export_merges_a_lora_adapter_causal_lm(tiny_causal_lm, tmp_path):
