@@ -17,11 +17,13 @@ from finesweep.search.probe.device import Device
 from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.selection.deploy import CPU_PREFIX
-from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEPLOY_CPU_TAG, DEPLOY_TAG,
-                                            DEVICE_TAG, EXPORT_COMPLETE_TAG, GIT_COMMIT_TAG, GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG,
-                                            PYTHON_TAG)
+from finesweep.search.selection.edges import edge_warnings
+from finesweep.search.tracking.tags import (BASELINE_TRIAL_TAG, BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG,
+                                            DEPLOY_CPU_TAG, DEPLOY_TAG, DEVICE_TAG, EXPORT_COMPLETE_TAG, GIT_COMMIT_TAG,
+                                            GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic
+from finesweep.spaces.space import BASELINE_KEY
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +58,8 @@ class Session(Measured):
 
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console) -> Session:
     """Data and probe (both cached by content, so a resume redoes neither) and the tracking store."""
-    log_to_file(folder.log_file)
     inputs = measure_inputs(config, folder, console)
+    log_to_file(folder.log_file)  # after the checks: a sweep file refused before anything runs leaves no folder
     tracker = Tracker(tracking_uri or inputs.config.tracking.uri or default_tracking_uri(folder.root),
                       folder.root / SPOOL_FOLDER)
     return Session(**vars(inputs), tracker=tracker)
@@ -114,8 +116,8 @@ def _save_state(session: Session, tune_experiment: str) -> None:
 def _search_and_export(session: Session, address: str | None, tune_experiment: str, resume: bool) -> dict[str, Any]:
     tracker = session.tracker
     try:
-        best = _search(session, address, tune_experiment, resume)
-        summary = _finish(session, best)
+        best, baseline = _search(session, address, tune_experiment, resume)
+        summary = _finish(session, best, baseline)
     except BaseException:
         tracker.finish(session.parent, "FAILED")
         raise
@@ -136,6 +138,7 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
 
 def _search(session: Session, address: str | None, tune_experiment: str, resume: bool):
     from finesweep.search.outputs.pareto_report import pick_export
+    from finesweep.search.selection.best import baseline_of
     from finesweep.search.tuning.recovery import drop_runs_of_unsaved_trials
     from finesweep.search.tuning.callbacks import TrialEndRecorder, budget_end_state
     from finesweep.search.tuning.context import TrialContext
@@ -156,6 +159,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
         experiment_id=session.experiment_id, parent_run_id=session.parent, spool_dir=str(tracker.spool.folder),
         checkpointing={k: v.gradient_checkpointing for k, v in session.probes.items()},
         samples_per_evaluation=(session.plan or {}).get("samples_per_evaluation") or None,
+        train_rows=session.data.prepared.report.splits.get("train", 0),
     )
     start_ray(address)
     session.console.search_start(config.search.algorithm, config.search.scheduler)
@@ -175,10 +179,10 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     # With search.second_objective: the Pareto front printed and logged, and the trial search.pick names.
     best = pick_export(results, config.search, tracker, session.parent, session.console, session.folder.root)
     session.clock.lap("search")
-    return best
+    return best, baseline_of(results, config.search.metric, config.search.mode, BASELINE_KEY)
 
 
-def _finish(session: Session, best) -> dict[str, Any]:
+def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
     tracker, parent, console = session.tracker, session.parent, session.console
     if best is None:
         tracker.set_tags(parent, {OUTCOME_TAG: "no trial produced an evaluation"})
@@ -186,12 +190,16 @@ def _finish(session: Session, best) -> dict[str, Any]:
         return {"best": None}
     tracker.set_tags(parent, {BEST_RUN_TAG: best.mlflow_run_id, BEST_STEP_TAG: best.step, BEST_TRIAL_TAG: best.trial_id})
     tracker.log_metrics(parent, {f"best_{best.metric}": best.value}, best.step)
-    exported = export_winner(session.config, session.folder, session.data, best, console)
+    baseline_won = baseline is not None and baseline.trial_id == best.trial_id
+    edges = [] if baseline_won else edge_warnings(best.params, session.config.space)  # the baseline is off-space
+    exported = export_winner(session.config, session.folder, session.data, best, console, baseline, edges)
     registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)
     session.clock.lap("export")
     return {"best": best.as_dict(), "export_dir": str(exported.folder), "test_metrics": exported.metrics,
             "deploy": exported.deploy, "warnings": exported.warnings, "registered": registered,
-            "export_complete": not exported.not_made, "export_not_made": exported.not_made}
+            "export_complete": not exported.not_made, "export_not_made": exported.not_made,
+            "baseline": exported.baseline or None, "baseline_trial": baseline.as_dict() if baseline else None,
+            "edge_warnings": edges}
 
 
 def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, parent: str, exported, best,
@@ -205,6 +213,8 @@ def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, par
         tracker.log_metrics(parent, {f"test_{variant}_{k}": v for k, v in metrics.items()}, 0)
     _record_deploy(tracker, parent, exported.deploy, console)
     tracker.set_tags(parent, {EXPORT_COMPLETE_TAG: str(not exported.not_made).lower()})
+    if exported.baseline:
+        _record_baseline(tracker, parent, exported.baseline, console)
     tracker.log_file(parent, exported.folder / "README.md", "export")
     tracker.log_file(parent, exported.folder / "metrics.json", "export")
     if exported.generations is not None:
@@ -238,6 +248,17 @@ def _record_deploy(tracker: Tracker, parent: str, deploy: dict[str, Any], consol
         console.step(f"Deploy on a CPU: {on_cpu['variant']} ({on_cpu['reason']})")
 
 
+def _record_baseline(tracker: Tracker, parent: str, baseline: dict[str, Any], console: Console) -> None:
+    """The baseline on the parent run (baseline_test_* and baseline_<validation metric> metrics, the gain, the
+    trial's tag) and the comparison on the console."""
+    metrics = {f"baseline_test_{name}": value for name, value in baseline["test"].items()}
+    metrics.update({f"baseline_{name}": value for name, value in baseline["validation"].items()})
+    metrics[f"gain_over_baseline_{baseline['metric']}"] = baseline["gain"]
+    tracker.log_metrics(parent, metrics, 0)
+    tracker.set_tags(parent, {BASELINE_TRIAL_TAG: baseline["trial_id"]})
+    console.step(baseline["sentence"][0].upper() + baseline["sentence"][1:])
+
+
 def _log_generations(tracker: Tracker, parent: str, path: Path) -> None:
     """generations.json on the parent run, and its answers as an MLflow table (one row per prompt, a column per
     variant), which the UI shows side by side."""
@@ -258,7 +279,8 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
     folder = SweepFolder(Path(state["root"]))
     log_to_file(folder.log_file)
     summary_file = folder.root / "summary.json"
-    saved = json.loads(summary_file.read_text()).get("best") if summary_file.is_file() else None
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    saved = summary.get("best")
     if not saved:
         raise FileNotFoundError(f"{folder.root}: the sweep has no best checkpoint yet (no summary.json with a best trial)")
     config = SweepConfig.model_validate(state["config"])
@@ -269,13 +291,16 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
                                          "export": {**config.export.model_dump(mode="json"), **updates}})
     best = Best.from_dict(saved)
     check_backends(config)
-    exported = export_winner(config, folder, prepare_data(config, folder, console), best, console)
+    baseline = Best.from_dict(summary["baseline_trial"]) if summary.get("baseline_trial") else None
+    exported = export_winner(config, folder, prepare_data(config, folder, console), best, console, baseline,
+                             summary.get("edge_warnings"))
     record_export(config, Tracker(state["tracking_uri"]), state["experiment_id"], state["parent_run_id"], exported,
                   best, console)
     return exported
 
 
-def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console):
+def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console,
+                  baseline=None, edges: list[str] | None = None):
     from finesweep.search.outputs.export import export_best
     from finesweep.trainer import data as data_module
     from finesweep.trainer.models import load_tokenizer
@@ -286,7 +311,8 @@ def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep,
     result = export_best(config=config, checkpoint_dir=best.checkpoint_dir, tokenizer_source=best.checkpoint_dir,
                          test_split=test_split, collate=data_module.collator(tokenizer, config.data.task),
                          best=best.as_dict(), out_dir=folder.export_dir(config), label_names=data.prepared.label_names,
-                         log_file=folder.log_file)
+                         log_file=folder.log_file, baseline=baseline.as_dict() if baseline else None,
+                         search_warnings=edges)
     console.export_table(result)
     return result
 

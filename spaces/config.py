@@ -218,6 +218,22 @@ class AshaConfig(_Section):
     reduction_factor: int = Field(3, ge=2, description="Keep the best 1/reduction_factor at each rung.")
 
 
+class BaselineRecipe(_Section):
+    """The recipe a user would run without finesweep. It trains as the sweep's first trial (never stopped early by
+    ASHA, at most one epoch, at most a trial's length), its best checkpoint is measured on the test split like the
+    winner's, and the export says how far the winner is from it. An unset field takes the defaults below."""
+
+    model: str | None = Field(None, description="Candidate the baseline trains; unset = the first of the space's models.")
+    method: Method | None = Field(None, description="Unset = full where the space has it, else the space's first method.")
+    precision: Precision | None = Field(None, description="Unset = fp32 (TrainingArguments' default) where the probe kept it, else the first precision kept.")
+    learning_rate: float | None = Field(None, gt=0, description="Unset = 5e-5 for full fine-tuning (TrainingArguments' default), 2e-4 for lora and qlora (the QLoRA paper's rate, the common LoRA recipe).")
+    effective_batch_size: int = Field(8, ge=1, description="Samples per optimizer step (TrainingArguments' per_device_train_batch_size default).")
+    warmup_ratio: float = Field(0.0, ge=0, lt=1, description="TrainingArguments' default: no warm-up (then linear decay, as every trial).")
+    weight_decay: float = Field(0.0, ge=0, description="TrainingArguments' default: none.")
+    lora_r: int = Field(8, ge=1, description="lora and qlora: peft's LoraConfig default rank.")
+    lora_alpha: int = Field(16, ge=1, description="lora and qlora: twice the rank, the usual pairing (peft's own default is 8).")
+
+
 class SearchConfig(_Section):
     """How trials are sampled, run and stopped."""
 
@@ -225,7 +241,7 @@ class SearchConfig(_Section):
     grid_points: int = Field(3, ge=2, description="Grid search: values per searched range (learning_rate, warmup_ratio, weight_decay), both ends included, log-spaced for a log range.")
     scheduler: Literal["asha", "none"] = Field("asha", description="Early stopping of poor trials.")
     asha: AshaConfig = Field(default_factory=AshaConfig, description="ASHA settings.")
-    num_trials: int = Field(8, ge=1, description="Trials to run.")
+    num_trials: int = Field(8, ge=1, description="Trials to run, the baseline's (search.baseline) among them.")
     max_concurrent_trials: int | None = Field(None, ge=1, description="Trials running at once. Unset: 1 on a CPU; with CUDA, as many as the probe's peak memory lets share the GPUs (see resources.gpus_per_trial), at most the CPU cores over cpus_per_trial.")
     metric: str = Field("eval_loss", description="Evaluation metric the search optimises, e.g. eval_accuracy, eval_f1_macro, eval_loss.")
     mode: Literal["min", "max"] = Field("min", description="Whether the metric is minimised or maximised.")
@@ -235,6 +251,7 @@ class SearchConfig(_Section):
     step_budget: int | None = Field(None, ge=1, description="Training steps of all trials together; when they are spent, running trials stop, their evaluations so far count, and the export goes on.")
     fit_to_budget: bool = Field(True, description="With time_budget_minutes or step_budget: fit the trials to the budget (the plan `finesweep plan` prints). A time budget that cannot pay for every combination's max_steps allots each trial evaluation periods of equal seconds, as many as a trial started first fits in the budget (a slower combination trains fewer steps in them); a step budget shortens the trials to what it pays for; num_trials is capped at the trials that can start. false: max_steps and num_trials as written; the budget then cuts what runs when it ends.")
     keep_checkpoints: int = Field(2, ge=1, description="Best checkpoints each trial keeps on disk.")
+    baseline: Literal["auto", "off"] | BaselineRecipe = Field("auto", description="The recipe a user would run without finesweep, measured as the sweep's first trial (never stopped early, at most one epoch) and reported beside the winner: auto = transformers' Trainer defaults for the first candidate (full: lr 5e-5, batch 8, fp32, no warm-up, no weight decay, linear decay; lora/qlora: lr 2e-4, r 8, alpha 16); a mapping sets the recipe's fields (search.baseline.*); off = none.")
     initial_points: list[dict[str, Any]] = Field(default_factory=list, description="Configurations tried first (e.g. your current recipe), so the search starts from them; unlisted dimensions are sampled.")
     min_relative_speed: float = Field(1 / 3, ge=0, lt=1, description="A precision or method whose measured training samples/s is below this fraction of the fastest combination's, for every candidate model, leaves the space with its reason (bf16 on a CPU without bf16 instructions); an initial point on it moves to the fastest value kept. 0 keeps everything.")
     second_objective: Literal["none", "throughput"] = Field("none", description="A second objective Optuna samples for (multi-objective): throughput = the trial's training samples per second (train_samples_per_second_so_far, maximised); the Pareto front is reported. ASHA still stops on the metric alone.")
@@ -357,6 +374,7 @@ class SweepConfig(_Section):
             )
         problems = [f"search.initial_points[{i}]: {problem}" for i, point in enumerate(self.search.initial_points)
                     if (problem := self.space.point_problem(point, self.model_names))]
+        problems += self._baseline_problems()
         if problems:
             raise ValueError("; ".join(problems))
         pooled = [m.name for m in self.models if m.pooling != "cls"]
@@ -364,6 +382,20 @@ class SweepConfig(_Section):
             raise ValueError(f"models {pooled} set `pooling`, which chooses a classifier's head, but data.task is "
                              f"{self.data.task.value}; remove `pooling` from them")
         return self
+
+    def _baseline_problems(self) -> list[str]:
+        """The baseline trains a model and method the probe measures: the space's."""
+        recipe = self.search.baseline
+        if not isinstance(recipe, BaselineRecipe):
+            return []
+        problems = []
+        if recipe.model is not None and recipe.model not in self.model_names:
+            problems.append(f"search.baseline.model: {recipe.model!r} is not among the space's models "
+                            f"{self.model_names}; name one of them (the probe measures only those)")
+        if recipe.method is not None and recipe.method not in self.space.method:
+            problems.append(f"search.baseline.method: {recipe.method.value!r} is not among space.method "
+                            f"{[m.value for m in self.space.method]}; add it there or choose one of them")
+        return problems
 
     @property
     def model_names(self) -> list[str]:

@@ -15,12 +15,18 @@ from finesweep.spaces.config import CHAT_TEMPLATE_SETTINGS, NAME_PATTERN, SweepC
 
 PACKAGE_SCHEME = "pkg://"
 _UNION_MEMBER_TAGS = {"float", "int", "str", "list[int]", "list[str]", "none"}
+# Union members written as a mapping (a range, the baseline's recipe): their errors concern a mapping input only.
+_MAPPING_MEMBERS = ("FloatRange", "BaselineRecipe")
 
 
 
 def _is_member_tag(part: object) -> bool:
     """pydantic names a union member in an error's location ('float', 'function-after[..., FloatRange]')."""
-    return isinstance(part, str) and (part in _UNION_MEMBER_TAGS or "[" in part or "FloatRange" in part)
+    return isinstance(part, str) and (part in _UNION_MEMBER_TAGS or "[" in part or _is_mapping_member(part))
+
+
+def _is_mapping_member(part: str) -> bool:
+    return any(name in part for name in _MAPPING_MEMBERS)
 
 
 class SweepFileError(ValueError):
@@ -68,7 +74,7 @@ def _is_relevant(item: dict[str, Any], raw: dict[str, Any]) -> bool:
     for i, part in enumerate(loc):
         if _is_member_tag(part):
             given = _lookup(raw, [p for p in loc[:i] if not _is_member_tag(p)])
-            return ("FloatRange" in part) == isinstance(given, dict)
+            return _is_mapping_member(part) == isinstance(given, dict)
     return True
 
 

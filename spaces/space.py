@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Protocol
 
-from finesweep.spaces.config import FloatRange, Method, SpaceConfig
+from finesweep.spaces.config import BaselineRecipe, FloatRange, Method, Precision, SpaceConfig
 
 FLOAT_DIMENSIONS = ("learning_rate", "warmup_ratio", "weight_decay")
 LORA_DIMENSIONS = ("lora_r", "lora_alpha")
+# The key a trial's config carries when it is the baseline (search.baseline), not a sample of the space.
+BASELINE_KEY = "baseline"
+# search.baseline's learning rate when unset: TrainingArguments' default for full fine-tuning; the QLoRA paper's
+# 2e-4, the usual LoRA recipe, for adapters (a full fine-tune's rate barely moves LoRA's zero-initialised B matrix).
+BASELINE_LEARNING_RATES = {Method.full: 5e-5, Method.lora: 2e-4, Method.qlora: 2e-4}
 
 
 class SuggestingTrial(Protocol):
@@ -52,3 +57,31 @@ def suggest(trial: SuggestingTrial, space: SpaceConfig, models: list[str], preci
     for name, dim in float_ranges(space).items():
         trial.suggest_float(name, dim.low, dim.high, log=dim.log)
     return {name: getattr(space, name) for name in FLOAT_DIMENSIONS if name not in float_ranges(space)}
+
+
+def baseline_point(baseline: BaselineRecipe | str, space: SpaceConfig, models: list[str],
+                   precisions: list[str]) -> dict[str, Any] | None:
+    """The baseline trial's hyperparameters (every dimension `suggest` yields), or None for `off`. `precisions` are
+    those the probe kept: the baseline trains fp32 where it is among them, as the Trainer does by default."""
+    if baseline == "off":
+        return None
+    recipe = baseline if isinstance(baseline, BaselineRecipe) else BaselineRecipe()
+    method = recipe.method or (Method.full if Method.full in space.method else space.method[0])
+    precision = recipe.precision.value if recipe.precision else (
+        Precision.fp32.value if Precision.fp32.value in precisions else precisions[0])
+    point = {"model": recipe.model or models[0], "precision": precision, "method": method.value,
+             "effective_batch_size": recipe.effective_batch_size,
+             "learning_rate": recipe.learning_rate or BASELINE_LEARNING_RATES[method],
+             "warmup_ratio": recipe.warmup_ratio, "weight_decay": recipe.weight_decay}
+    if method.has_adapter:
+        point.update(lora_r=recipe.lora_r, lora_alpha=recipe.lora_alpha)
+    return point
+
+
+def suggest_or_baseline(trial: Any, space: SpaceConfig, models: list[str], precisions: list[str],
+                        baseline: dict[str, Any] | None) -> dict[str, Any]:
+    """The study's first trial is the baseline, when there is one: its recipe as constants (it may lie outside the
+    space, so the sampler learns nothing from it); every later trial samples the space."""
+    if baseline is not None and trial.number == 0:
+        return {**baseline, BASELINE_KEY: True}
+    return suggest(trial, space, models, precisions)

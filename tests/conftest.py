@@ -21,6 +21,12 @@ def tiny_classifier(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def qlora_classifier(tmp_path_factory) -> Path:
+    """The tiny BERT classifier wide enough for bitsandbytes' 4-bit layers on every CPU (tiny.QLORA_HIDDEN)."""
+    return tiny.build_tiny_classifier(tmp_path_factory.mktemp("qlora-classifier"), tiny.QLORA_HIDDEN)
+
+
+@pytest.fixture(scope="session")
 def tiny_causal_lm(tmp_path_factory) -> Path:
     """Folder of a tiny GPT-2 and its tokenizer (which has no pad token)."""
     return tiny.build_tiny_causal_lm(tmp_path_factory.mktemp("tiny-causal-lm"))

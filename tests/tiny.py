@@ -58,10 +58,10 @@ def write_csv(path: Path, rows: list[dict[str, str]]) -> Path:
     return path
 
 
-def classification_folder(folder: Path, sweep: str | None = None, rows: int = 300) -> Path:
+def classification_folder(folder: Path, sweep: str | None = None, rows: int = 300, hidden_size: int = 32) -> Path:
     """A CLI test's working folder: the tiny classifier in model/, `rows` labelled sentences in data.csv, and the
     sweep file (when given) in sweep.yaml."""
-    build_tiny_classifier(folder / "model")
+    build_tiny_classifier(folder / "model", hidden_size)
     write_csv(folder / "data.csv", sentiment_rows(rows))
     if sweep is not None:
         (folder / "sweep.yaml").write_text(sweep)
@@ -73,8 +73,14 @@ def _corpus() -> list[str]:
     return [" ".join(r.values()) for r in rows]
 
 
-def build_tiny_classifier(folder: Path) -> Path:
-    """A 2-layer BERT encoder (hidden 32) with a WordPiece tokenizer trained on the test corpus, saved to `folder`."""
+# bitsandbytes' 4-bit layers on a CPU with AVX-512 repack their weights in blocks of 64 input features: a layer
+# narrower than that cannot be repacked (reshape to 0 blocks). QLoRA tests use an encoder this wide.
+QLORA_HIDDEN = 64
+
+
+def build_tiny_classifier(folder: Path, hidden_size: int = 32) -> Path:
+    """A 2-layer BERT encoder (hidden 32 unless told) with a WordPiece tokenizer trained on the test corpus, saved to
+    `folder`."""
     import torch
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import BertConfig, BertModel, BertTokenizerFast
@@ -89,8 +95,8 @@ def build_tiny_classifier(folder: Path) -> Path:
     tokenizer = BertTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
     tokenizer.save_pretrained(folder)
     config = BertConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=tokenizer.vocab_size, hidden_size=hidden_size, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=2 * hidden_size, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
     )
     # Seeded, so every session fine-tunes the same encoder: from some random starts the classifier trained on it
     # (tests/exports.py) never learns "neutral" in its few steps, and the quantization tests need one that tells

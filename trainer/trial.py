@@ -87,6 +87,7 @@ class TrialPlan:
     gradient_checkpointing: bool = False  # the probe's plan for this combination (resources.gradient_checkpointing)
     use_gpu: bool = True  # False: the CPU even where CUDA is present (resources.gpus_per_trial: 0)
     group_by_length: bool = True  # batches of rows of similar length (data.group_by_length)
+    baseline: bool = False  # the recipe a user would run without finesweep (search.baseline), not a sample
 
     def params(self) -> dict[str, Any]:
         """The numbers worth logging once per trial."""

@@ -18,12 +18,14 @@ GENERATION_SCORES = {"gen_exact_match": "exact match", "gen_token_f1": "token F1
 
 def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, float]], warnings: list[str],
                has_adapter: bool = False, examples: list[dict[str, str]] | None = None,
-               deploy: dict[str, Any] | None = None, not_made: dict[str, str] | None = None) -> str:
+               deploy: dict[str, Any] | None = None, not_made: dict[str, str] | None = None,
+               baseline: dict[str, Any] | None = None) -> str:
     """README.md of the export folder: where the model came from, how it was chosen, how well each variant does,
     which one to deploy.
 
     `examples` (causal_lm): the test prompts with their references and each variant's greedy answer; `deploy`: the
-    choice search/selection/deploy.py made; `not_made`: the variants asked for that could not be made, and why."""
+    choice search/selection/deploy.py made; `not_made`: the variants asked for that could not be made, and why;
+    `baseline`: the winner against the baseline recipe (search/selection/baseline.compare)."""
     task = Task(config.data.task)
     parts = [
         _metadata(config, best, task),
@@ -33,6 +35,7 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
         _incomplete_notice(not_made) if not_made else "",
         _origin_section(config, best, task),
         _params_section(best),
+        _baseline_section(baseline) if baseline else "",
         _metrics_section(metrics, task, warnings),
         _deploy_section(deploy) if deploy else "",
         _generation_section(metrics, examples) if examples else "",
@@ -40,6 +43,21 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
         _adapter_section(config, best, task) if has_adapter else "",
     ]
     return "\n".join(parts)
+
+
+def _baseline_section(baseline: dict[str, Any]) -> str:
+    """How the tuned model compares with the recipe its user would have run without the search, on the test split."""
+    names = list(baseline["test"])
+    header = ["", *names]
+    rows = [["tuned (this export)", *[_fmt(baseline["winner_test"].get(n)) for n in names]],
+            ["baseline recipe", *[_fmt(baseline["test"].get(n)) for n in names]]]
+    recipe = ", ".join(f"{k} {v}" for k, v in baseline["params"].items())
+    lines = ["## Against the baseline\n", f"**{baseline['sentence'][0].upper()}{baseline['sentence'][1:]}.**\n",
+             f"The baseline is the recipe a user would run without finesweep ({recipe}), trained in the same sweep "
+             f"as its first trial (trial {baseline['trial_id']}; best evaluation at step {baseline['step']}), never "
+             "stopped early, and measured on the same test split by the same code.\n",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header), *["| " + " | ".join(r) + " |" for r in rows], ""]
+    return "\n".join(lines)
 
 
 def _incomplete_notice(not_made: dict[str, str]) -> str:

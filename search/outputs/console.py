@@ -173,7 +173,8 @@ def leaderboard_table(tracker, experiment_id: str, parent_run_id: str, metric: s
                   "end state", title="Trials")
     for run, best in rows:
         p, tags = run.data.params, run.data.tags
-        table.add_row(run.info.run_name, p.get("model", ""), p.get("precision", ""), _method(p),
+        name = run.info.run_name + (" (baseline)" if p.get("baseline") == "True" else "")
+        table.add_row(name, p.get("model", ""), p.get("precision", ""), _method(p),
                       _fmt(float(p["learning_rate"])) if "learning_rate" in p else "",
                       p.get("effective_batch_size", ""), f"{p.get('micro_batch', '')} x {p.get('gradient_accumulation', '')}",
                       _fmt(best.value) if best else "-", str(best.step) if best else "-", tags.get(END_STATE_TAG, run.info.status))

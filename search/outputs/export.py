@@ -9,11 +9,13 @@ import gc
 import json
 import logging
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from finesweep.search.outputs.card import ADAPTER, FULL, model_card, variant_folder
+from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.deploy import CPU_PREFIX, PRIMARY, TIMINGS, deploy_choices, metric_loss, with_speedups
 from finesweep.spaces import Quantization, SweepConfig, Task
 from finesweep.spaces.files import write_json_atomic
@@ -41,6 +43,8 @@ class ExportResult:
     greedy decoding) within export.max_metric_drop."""
     not_made: dict[str, str] = field(default_factory=dict)
     """Variants of export.quantization that could not be made -> why (one line); empty when the export is complete."""
+    baseline: dict[str, Any] = field(default_factory=dict)
+    """The winner against the baseline trial (search/selection/baseline.compare); empty when the sweep ran none."""
 
     def variant_folder(self, variant: str) -> Path:
         return self.folder / variant_folder(variant)
@@ -57,11 +61,15 @@ def export_best(
     out_dir: Path,
     label_names: list[str] | None = None,
     log_file: Path | None = None,
+    baseline: dict | None = None,
+    search_warnings: list[str] | None = None,
 ) -> ExportResult:
     """Write out_dir/{model, model-<method>..., [adapter], metrics.json, sweep.json, README.md}; return metrics
     and warnings. A LoRA winner is exported merged (`model`) and also as the adapter alone (`adapter`).
 
-    A variant that cannot be made is left out (`ExportResult.not_made`), its traceback logged for `log_file`.
+    `baseline` (the baseline trial's best evaluation, as `best`): measured on the test split as the full model is,
+    and compared with it; `search_warnings` (a winner on the edge of the space) join the export's warnings, on the
+    console and in the card. A variant that cannot be made is left out (`ExportResult.not_made`), its traceback logged for `log_file`.
     `label_names` is only needed for a LoRA checkpoint whose folder holds no config with id2label and whose test
     split has no ClassLabel feature (the base model's head is rebuilt from them before the adapter is merged).
     """
@@ -79,6 +87,8 @@ def export_best(
     samples = config.export.generation_samples if task == Task.causal_lm else 0
     metrics, answers = {}, {}
     metrics[FULL], answers[FULL] = _measure(full_dir, task, test_split, collate, layers, samples)
+    against = _against_baseline(config, baseline, best, metrics[FULL], test_split, collate, label_names) \
+        if baseline else {}
     not_made = {}
     for method in _methods(config):
         try:
@@ -93,6 +103,7 @@ def export_best(
     metrics = with_speedups(metrics)
     warnings = [not_made_paragraph(variant, reason, list(metrics), out_dir, log_file)
                 for variant, reason in not_made.items()] + drop_warnings(metrics, task, config.export.max_metric_drop)
+    warnings += search_warnings or []
     for warning in warnings:
         log.info("export: %s", warning)
     deploy = deploy_choices(metrics, task, config.export.max_metric_drop)
@@ -101,10 +112,32 @@ def export_best(
     write_json_atomic(out_dir / "metrics.json", metrics)
     write_json_atomic(out_dir / DEPLOY, deploy)
     write_json_atomic(out_dir / "sweep.json", config.model_dump(mode="json"))
-    card = model_card(config, best, metrics, warnings, adapter is not None, examples, deploy, not_made)
+    card = model_card(config, best, metrics, warnings, adapter is not None, examples, deploy, not_made, against)
     (out_dir / "README.md").write_text(card, encoding="utf-8")
     return ExportResult(folder=out_dir, metrics=metrics, warnings=warnings, adapter=adapter, generations=generations,
-                        deploy=deploy, not_made=not_made)
+                        deploy=deploy, not_made=not_made, baseline=against)
+
+
+def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: dict[str, float], test_split: Any,
+                      collate: Callable, label_names: list[str] | None) -> dict[str, Any]:
+    """The baseline trial's best checkpoint saved as the full model is (LoRA merged) and evaluated on the test split
+    by the same code; the winner's own numbers where the baseline won."""
+    task = Task(config.data.task)
+    if baseline["trial_id"] == best["trial_id"] and int(baseline["step"]) == int(best["step"]):
+        measured = winner
+    else:
+        from finesweep.trainer.evaluate import evaluate
+        from finesweep.trainer.models import load_checkpoint
+
+        checkpoint = Path(baseline["checkpoint_dir"])
+        with tempfile.TemporaryDirectory(prefix="finesweep-baseline-") as scratch:
+            _save_full(config, checkpoint, checkpoint, baseline, Path(scratch),
+                       label_names or _split_labels(test_split))
+            model = load_checkpoint(scratch, task, trust_remote_code=config.trust_remote_code)
+            measured = evaluate(model, test_split, collate, task)
+            del model
+            gc.collect()
+    return baseline_comparison.compare(task, winner, measured, best, baseline)
 
 
 def not_made_paragraph(variant: str, reason: str, kept: list[str], out_dir: Path, log_file: Path | None) -> str:

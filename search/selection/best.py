@@ -87,6 +87,12 @@ def pick_best(results, metric: str, mode: str) -> Best | None:
                 params=params, checkpoint_dir=Path(checkpoint.path), mlflow_run_id=metrics.get("mlflow_run_id"))
 
 
+def baseline_of(results, metric: str, mode: str, baseline_key: str) -> Best | None:
+    """The baseline trial's best evaluation (its config carries `baseline_key`), or None when none ran or none of its
+    evaluations was finite."""
+    return pick_best([result for result in results if (result.config or {}).get(baseline_key)], metric, mode)
+
+
 def kept_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
     """A trial's kept checkpoints with the metrics of their evaluation. Tune keeps a single-process trial's. A
     data-parallel trial's are kept by Ray Train in the trial's own run folder (Tune gets only each one's path, as

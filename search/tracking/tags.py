@@ -10,6 +10,7 @@ DEVICE_TAG = "finesweep.device"
 GIT_DIRTY_TAG = "finesweep.git_dirty"
 OUTCOME_TAG = "finesweep.outcome"
 BEST_RUN_TAG = "finesweep.best_run_id"
+BASELINE_TRIAL_TAG = "finesweep.baseline_trial"  # the trial that trained search.baseline's recipe
 BEST_STEP_TAG = "finesweep.best_step"
 BEST_TRIAL_TAG = "finesweep.best_trial"
 RULE_TAG = "finesweep.pick_rule"

@@ -6,11 +6,13 @@ plan in a local Ray and on a cluster's workers, in a single process or on each d
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from finesweep.search.probe.table import combination_key
 from finesweep.spaces import SweepConfig
+from finesweep.spaces.space import BASELINE_KEY
 from finesweep.trainer.trial import TrialPlan, plan_batches
 
 
@@ -33,6 +35,7 @@ class TrialContext:
     # combination_key -> samples between evaluations, when the plan allots the trials time rather than steps
     # (search/probe/plan.py); None (also in a context pickled before it existed): the file's steps.
     samples_per_evaluation: dict[str, int] | None = None
+    train_rows: int = 0  # rows of the training split: the baseline trains one epoch at most (0: unknown, no cap)
 
 
 def trial_length(config: SweepConfig, context: TrialContext, key: str, effective_batch: int) -> tuple[int, int]:
@@ -62,6 +65,9 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
     max_micro, eval_batch = batches or local_batches(params, context)
     key = combination_key(params["model"], params["precision"], params["method"])
     max_steps, eval_every = trial_length(config, context, key, int(params["effective_batch_size"]))
+    if params.get(BASELINE_KEY):
+        max_steps, eval_every = baseline_length(max_steps, eval_every, context.train_rows,
+                                                int(params["effective_batch_size"]))
     if max_micro < 1:
         raise MemoryError(f"{key}: the memory probe found no micro-batch that fits the budget")
     return TrialPlan(
@@ -90,4 +96,14 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
         gradient_checkpointing=context.checkpointing.get(key, False),
         use_gpu=config.resources.gpus_per_trial != 0,  # None (unset) on a CPU machine: no CUDA to use anyway
         group_by_length=config.data.group_by_length,
+        baseline=bool(params.get(BASELINE_KEY)),
     )
+
+
+def baseline_length(max_steps: int, eval_every: int, train_rows: int, effective_batch: int) -> tuple[int, int]:
+    """The baseline trains what a plain Trainer run would, one epoch, unless a trial's length is shorter; a
+    one-epoch run shorter than an evaluation period still ends with an evaluation."""
+    if train_rows < 1:
+        return max_steps, eval_every
+    steps = min(max_steps, math.ceil(train_rows / effective_batch))
+    return steps, min(eval_every, steps)

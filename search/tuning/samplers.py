@@ -6,11 +6,13 @@ import functools
 from typing import Any
 
 from optuna.samplers import GridSampler
+from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
 from finesweep.search.selection.pareto import search_objectives
 from finesweep.search.tuning import optuna_compat
-from finesweep.spaces import SweepConfig, suggest
+from finesweep.spaces import SweepConfig
 from finesweep.spaces.grid import distinct, grid
+from finesweep.spaces.space import BASELINE_KEY, baseline_point, suggest_or_baseline
 
 
 class DistinctGridSampler(GridSampler):
@@ -47,13 +49,26 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
         sampler = DistinctGridSampler(values, seed=config.seed)
     else:
         sampler = optuna.samplers.RandomSampler(seed=config.seed)
-    space = functools.partial(suggest, space=config.space, models=config.model_names, precisions=precisions)
+    baseline = sweep_baseline(config, precisions)
+    space = functools.partial(suggest_or_baseline, space=config.space, models=config.model_names,
+                              precisions=precisions, baseline=baseline)
+    points = [dict(p) for p in config.search.initial_points]
+    if baseline is not None and points:
+        points.insert(0, {})  # the baseline takes the study's first trial: the initial points follow it, none lost
     # With a second objective, metric and mode are lists and the study has two directions (TPE, random and grid
     # all sample for it). OptunaSearch then tells each trial's LAST result, [metric, throughput], when the trial
     # ends (it skips intermediate reports for several objectives); the throughput there is the trial's own average.
     metric, mode = search_objectives(config.search)
     return OptunaSearch(space=space, sampler=sampler, metric=metric, mode=mode,
-                        points_to_evaluate=[dict(p) for p in config.search.initial_points] or None)
+                        points_to_evaluate=points or None)
+
+
+def sweep_baseline(config: SweepConfig, precisions: list[str]) -> dict[str, Any] | None:
+    """The baseline trial's hyperparameters (search.baseline), or None. A grid search runs none: it is itself the
+    exhaustive baseline, and each of its trials is a point of the grid."""
+    if config.search.algorithm == "grid":
+        return None
+    return baseline_point(config.search.baseline, config.space, config.model_names, precisions)
 
 
 def tpe_startup_trials(num_trials: int) -> int:
@@ -70,13 +85,22 @@ def planned_trials(config: SweepConfig) -> int:
     return max(1, min(search.num_trials, search.step_budget // search.max_steps))
 
 
+class BaselineKeepingASHA(ASHAScheduler):
+    """ASHA that never stops the baseline trial: its results still fill the rungs the other trials are judged at,
+    but it is the reference the winner is measured against, so it trains its whole recipe."""
+
+    def on_trial_result(self, tune_controller, trial, result) -> str:
+        decision = super().on_trial_result(tune_controller, trial, result)
+        return TrialScheduler.CONTINUE if trial.config.get(BASELINE_KEY) else decision
+
+
 def make_scheduler(config: SweepConfig):
     """ASHA over evaluations (each report is one evaluation), or none."""
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.schedulers import FIFOScheduler
 
     if config.search.scheduler == "none":
         return FIFOScheduler()
     evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
-    return ASHAScheduler(time_attr="training_iteration", max_t=evaluations,
-                         grace_period=min(config.search.asha.grace_period, evaluations),
-                         reduction_factor=config.search.asha.reduction_factor)
+    return BaselineKeepingASHA(time_attr="training_iteration", max_t=evaluations,
+                               grace_period=min(config.search.asha.grace_period, evaluations),
+                               reduction_factor=config.search.asha.reduction_factor)

@@ -120,6 +120,37 @@ def test_best_is_the_best_evaluation_of_all_trials(finished_sweep):
     assert parent.data.tags["finesweep.best_run_id"] == best["mlflow_run_id"]
 
 
+def test_the_baseline_trains_first_unstopped_and_every_output_says_how_the_winner_compares(finished_sweep):
+    """search.baseline (auto): transformers' defaults for the first candidate train as trial 1, ASHA never stops
+    it, its best checkpoint is measured on the test split, and the summary, parent run, card and console compare."""
+    _, sweep_dir, result = finished_sweep
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    baseline = summary["baseline"]
+    assert baseline["params"] == {"model": "tiny-a", "precision": "fp32", "method": "full", "effective_batch_size": 8,
+                                  "learning_rate": 5e-5, "warmup_ratio": 0.0, "weight_decay": 0.0}
+    client, state = store(sweep_dir)
+    trials = [r for r in client.search_runs([state["experiment_id"]])
+              if r.data.tags.get("mlflow.parentRunId") == state["parent_run_id"]]
+    marked = [r for r in trials if r.data.params.get("baseline") == "True"]
+    assert len(marked) == 1 and marked[0].data.tags["finesweep.trial_id"] == baseline["trial_id"]
+    steps = [m.step for m in client.get_metric_history(marked[0].info.run_id, "eval_loss")]
+    assert max(steps) == 5 * EVALS_PER_TRIAL, "ASHA never stops the baseline: it trains its whole length"
+    assert any(r.data.tags.get("finesweep.end_state", "").startswith("stopped_early") for r in trials)
+    assert baseline["baseline_won"] == (summary["best"]["trial_id"] == baseline["trial_id"])
+    assert 0 <= baseline["test"]["accuracy"] <= 1 and baseline["winner_test"] == {
+        k: summary["test_metrics"]["full"][k] for k in ("accuracy", "f1_macro", "loss")}
+    expected_gain = round(100 * (baseline["winner_test"]["accuracy"] - baseline["test"]["accuracy"]), 2)
+    assert baseline["metric"] == "accuracy" and baseline["gain"] == expected_gain
+    parent = client.get_run(state["parent_run_id"]).data
+    assert parent.metrics["baseline_test_accuracy"] == baseline["test"]["accuracy"]
+    assert parent.metrics["gain_over_baseline_accuracy"] == baseline["gain"]
+    assert parent.tags["finesweep.baseline_trial"] == baseline["trial_id"]
+    card = (sweep_dir / "export" / "README.md").read_text()
+    assert "## Against the baseline" in card and baseline["sentence"][1:] in card
+    console = " ".join(result.stdout.split())
+    assert baseline["sentence"][1:] in console and "(baseline)" in console
+
+
 def test_the_summary_and_the_parent_run_time_each_phase_of_the_sweep(finished_sweep):
     _, sweep_dir, _ = finished_sweep
     summary = json.loads((sweep_dir / "summary.json").read_text())
@@ -368,7 +399,9 @@ def test_causal_lm_instruction_tuning_end_to_end(tmp_path):
 def test_time_budget_stops_running_trials_and_the_export_still_happens(tmp_path):
     """The budget (30 s) must outlast a trial worker's start and first evaluation on a busy 2-core machine."""
     tiny.classification_folder(tmp_path)
-    sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 2\n  time_budget_minutes: 0.5\n  fit_to_budget: false")
+    # No baseline: it trains one epoch, not max_steps, and may end before the budget does.
+    sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 2\n  time_budget_minutes: 0.5\n  fit_to_budget: false"
+                                                        "\n  baseline: \"off\"")
              .replace(f"max_steps: {5 * EVALS_PER_TRIAL}", "max_steps: 100000"))
     (tmp_path / "sweep.yaml").write_text(sweep)
     started = time.monotonic()

@@ -191,7 +191,8 @@ def test_optuna_is_told_each_trials_metric_and_throughput_as_two_objectives(tmp_
 
     config = SweepConfig.model_validate({**MINIMAL, "space": {"effective_batch_size": [4, 8, 16], "precision": ["fp32"]},
                                          "search": {"metric": "acc", "mode": "max", "second_objective": "throughput",
-                                                    "num_trials": 3, "eval_every_steps": 5, "max_steps": 15}})
+                                                    "num_trials": 3, "eval_every_steps": 5, "max_steps": 15,
+                                                    "baseline": "off"}})  # every trial a sample of the space
     searcher = make_searcher(config, ["fp32"])
     start_ray(None)
     try:

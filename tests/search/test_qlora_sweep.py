@@ -15,14 +15,15 @@ output_root: runs
 data: {path: data.csv, splits: {train: 0.7, validation: 0.15, test: 0.15}}
 models: [{name: tiny, path: model}]
 space: {learning_rate: 1.0e-2, effective_batch_size: [8], precision: [fp32], method: [qlora], lora_r: [4], lora_alpha: [8]}
-search: {algorithm: random, scheduler: none, num_trials: 1, metric: eval_accuracy, mode: max, eval_every_steps: 5, max_steps: 10}
+search: {algorithm: random, scheduler: none, num_trials: 1, metric: eval_accuracy, mode: max, eval_every_steps: 5, max_steps: 10,
+         baseline: "off"}
 resources: {cpus_per_trial: 1, memory_budget: 4GiB, gradient_checkpointing: "on"}
 export: {quantization: [none], register_model: false}
 """
 
 
 def test_a_qlora_sweep_trains_adapters_and_exports_them_merged_into_the_full_base(tmp_path):
-    folder = tiny.classification_folder(tmp_path, SWEEP, rows=300)
+    folder = tiny.classification_folder(tmp_path, SWEEP, rows=300, hidden_size=tiny.QLORA_HIDDEN)
     done = finesweep("run", "sweep.yaml", cwd=folder)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "tiny fp32 qlora r=4 lr=1.00e-02 batch=8: step 5" in done.stdout  # each evaluation says what trains

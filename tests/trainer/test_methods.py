@@ -34,10 +34,10 @@ def _gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad and p.grad is not None}
 
 
-def test_qlora_puts_lora_on_a_4bit_nf4_base_with_double_quantization(tiny_classifier):
+def test_qlora_puts_lora_on_a_4bit_nf4_base_with_double_quantization(qlora_classifier):
     import bitsandbytes as bnb
 
-    model = _load(tiny_classifier, method="qlora", lora_r=4, lora_alpha=8)
+    model = _load(qlora_classifier, method="qlora", lora_r=4, lora_alpha=8)
     four_bit = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
     assert four_bit, "the base's linear layers are 4-bit"
     weight = four_bit[0].weight
@@ -80,7 +80,8 @@ class _Sink:
         self.evaluations.append((step, metrics, checkpoint_dir))
 
 
-def test_a_qlora_trial_with_checkpointing_trains_and_saves_its_adapter(tmp_path, sentiment_csv, tiny_classifier):
+def test_a_qlora_trial_with_checkpointing_trains_and_saves_its_adapter(tmp_path, sentiment_csv, qlora_classifier):
+    tiny_classifier = qlora_classifier
     from transformers import AutoTokenizer
 
     config = SweepConfig.model_validate({"name": "t", "data": {"path": str(sentiment_csv)},

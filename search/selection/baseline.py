@@ -1,0 +1,53 @@
+"""The winner against the baseline (search.baseline: the recipe a user would run without finesweep), both measured
+on the test split by the same code. Pure: measurements in, a comparison out."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from finesweep.search.selection.deploy import PRIMARY
+from finesweep.spaces import Task
+
+# The quality metrics compared, per task (timings and sizes are the export's business, not the baseline's).
+QUALITY = {Task.classification: ("accuracy", "f1_macro", "loss"), Task.causal_lm: ("perplexity", "loss")}
+
+
+def quality(metrics: dict[str, float], task: Task) -> dict[str, float]:
+    return {name: metrics[name] for name in QUALITY[Task(task)] if name in metrics}
+
+
+def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], best: dict[str, Any],
+            baseline_trial: dict[str, Any]) -> dict[str, Any]:
+    """What summary.json, the parent run, the card and the console say: both test scores, the gain in the task's
+    primary metric (accuracy: points, + is better; perplexity: percent, - is better) and on validation, and whether
+    the baseline itself won (then the export is the baseline's checkpoint: the search found nothing better)."""
+    name, higher_is_better = PRIMARY[Task(task)]
+    won = baseline_trial["trial_id"] == best["trial_id"]
+    gain = _gain(winner[name], baseline[name], higher_is_better)
+    return {
+        "trial_id": baseline_trial["trial_id"], "step": baseline_trial["step"], "params": baseline_trial["params"],
+        "validation": {baseline_trial["metric"]: baseline_trial["value"]}, "test": quality(baseline, task),
+        "winner_test": quality(winner, task), "metric": name, "gain": gain,
+        "gain_unit": "points" if higher_is_better else "percent", "validation_gain": best["value"] - baseline_trial["value"],
+        "baseline_won": won, "sentence": sentence(name, winner[name], baseline[name], gain, higher_is_better, won),
+    }
+
+
+def _gain(winner: float, baseline: float, higher_is_better: bool) -> float:
+    """Accuracy-like metrics: the difference in points (0.781 against 0.766: +1.5); perplexity: the relative change
+    in percent (9.0 against 10.0: -10.0)."""
+    if higher_is_better:
+        return round(100 * (winner - baseline), 2)
+    return round(100 * (winner - baseline) / baseline, 2) if baseline and math.isfinite(baseline) else math.nan
+
+
+def sentence(name: str, winner: float, baseline: float, gain: float, higher_is_better: bool, won: bool) -> str:
+    if won:
+        return (f"the baseline recipe was the best on validation: the search found nothing better in its budget, so "
+                f"the export is the baseline's checkpoint (test {name} {winner:.4g})")
+    unit = "points" if higher_is_better else "%"
+    better = gain > 0 if higher_is_better else gain < 0
+    verdict = "better than" if better else ("the same as" if gain == 0 else "worse than")
+    return (f"tuned vs baseline: test {name} {winner:.4g} against {baseline:.4g} ({gain:+.2f} {unit}): the tuned model "
+            f"is {verdict} the baseline recipe")
