@@ -160,6 +160,9 @@ def _method(config: dict[str, Any]) -> str:
     return method if method == "full" else f"{method} r={config.get('lora_r')}"
 
 
+BASELINE_MARK = "*"  # beside the baseline trial's name in the leaderboard, explained in its caption
+
+
 def leaderboard_table(tracker, experiment_id: str, parent_run_id: str, metric: str, mode: str) -> Table:
     """Trials of one sweep, best first, read back from the tracking store."""
     rows = []
@@ -173,11 +176,13 @@ def leaderboard_table(tracker, experiment_id: str, parent_run_id: str, metric: s
                   "end state", title="Trials")
     for run, best in rows:
         p, tags = run.data.params, run.data.tags
-        name = run.info.run_name + (" (baseline)" if p.get("baseline") == "True" else "")
+        name = run.info.run_name + (f" {BASELINE_MARK}" if p.get("baseline") == "True" else "")
         table.add_row(name, p.get("model", ""), p.get("precision", ""), _method(p),
                       _fmt(float(p["learning_rate"])) if "learning_rate" in p else "",
                       p.get("effective_batch_size", ""), f"{p.get('micro_batch', '')} x {p.get('gradient_accumulation', '')}",
                       _fmt(best.value) if best else "-", str(best.step) if best else "-", tags.get(END_STATE_TAG, run.info.status))
+    if any(run.data.params.get("baseline") == "True" for run, _ in rows):
+        table.caption = f"{BASELINE_MARK} the baseline: the recipe a user would run without finesweep (search.baseline)"
     return table
 
 

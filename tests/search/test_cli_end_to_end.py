@@ -148,7 +148,8 @@ def test_the_baseline_trains_first_unstopped_and_every_output_says_how_the_winne
     card = (sweep_dir / "export" / "README.md").read_text()
     assert "## Against the baseline" in card and baseline["sentence"][1:] in card
     console = " ".join(result.stdout.split())
-    assert baseline["sentence"][1:] in console and "(baseline)" in console
+    assert baseline["sentence"][1:] in console
+    assert f"trial-{baseline['trial_id']} *" in console and "* the baseline: the recipe a user would run" in console
 
 
 def test_the_summary_and_the_parent_run_time_each_phase_of_the_sweep(finished_sweep):
