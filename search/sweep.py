@@ -249,11 +249,12 @@ def _record_deploy(tracker: Tracker, parent: str, deploy: dict[str, Any], consol
 
 
 def _record_baseline(tracker: Tracker, parent: str, baseline: dict[str, Any], console: Console) -> None:
-    """The baseline on the parent run (baseline_test_* and baseline_<validation metric> metrics, the gain, the
-    trial's tag) and the comparison on the console."""
+    """The baseline on the parent run (baseline_test_* and baseline_<validation metric> metrics, the gain, a causal
+    LM's untuned_test_*, the trial's tag) and the comparison on the console."""
     metrics = {f"baseline_test_{name}": value for name, value in baseline["test"].items()}
     metrics.update({f"baseline_{name}": value for name, value in baseline["validation"].items()})
     metrics[f"gain_over_baseline_{baseline['metric']}"] = baseline["gain"]
+    metrics.update({f"untuned_test_{name}": value for name, value in (baseline.get("untuned_test") or {}).items()})
     tracker.log_metrics(parent, metrics, 0)
     tracker.set_tags(parent, {BASELINE_TRIAL_TAG: baseline["trial_id"]})
     console.step(baseline["sentence"][0].upper() + baseline["sentence"][1:])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Protocol
 
 from finesweep.spaces.config import BaselineRecipe, FloatRange, Method, Precision, SpaceConfig
@@ -67,8 +68,9 @@ def baseline_point(baseline: BaselineRecipe | str, space: SpaceConfig, models: l
         return None
     recipe = baseline if isinstance(baseline, BaselineRecipe) else BaselineRecipe()
     method = recipe.method or (Method.full if Method.full in space.method else space.method[0])
-    precision = recipe.precision.value if recipe.precision else (
-        Precision.fp32.value if Precision.fp32.value in precisions else precisions[0])
+    # A precision the probe dropped (bf16 on a CPU without bf16 instructions) has no micro-batch to train with.
+    wanted = recipe.precision.value if recipe.precision else Precision.fp32.value
+    precision = wanted if wanted in precisions else precisions[0]
     point = {"model": recipe.model or models[0], "precision": precision, "method": method.value,
              "effective_batch_size": recipe.effective_batch_size,
              "learning_rate": recipe.learning_rate or BASELINE_LEARNING_RATES[method],
@@ -85,3 +87,14 @@ def suggest_or_baseline(trial: Any, space: SpaceConfig, models: list[str], preci
     if baseline is not None and trial.number == 0:
         return {**baseline, BASELINE_KEY: True}
     return suggest(trial, space, models, precisions)
+
+
+def centre_point(space: SpaceConfig) -> dict[str, Any]:
+    """The middle of the space, where a first sampled trial informs most: each searched range's centre (geometric for
+    a log range: 1e-5..1e-3 -> 1e-4) and the middle effective batch size (the smaller of two). Model, precision and
+    method are left to the sampler."""
+    point: dict[str, Any] = {name: math.sqrt(dim.low * dim.high) if dim.log else (dim.low + dim.high) / 2
+                             for name, dim in float_ranges(space).items()}
+    batches = sorted(space.effective_batch_size)
+    point["effective_batch_size"] = batches[(len(batches) - 1) // 2]
+    return point

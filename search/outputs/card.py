@@ -51,6 +51,8 @@ def _baseline_section(baseline: dict[str, Any]) -> str:
     header = ["", *names]
     rows = [["tuned (this export)", *[_fmt(baseline["winner_test"].get(n)) for n in names]],
             ["baseline recipe", *[_fmt(baseline["test"].get(n)) for n in names]]]
+    if baseline.get("untuned_test"):
+        rows.append(["untuned base model", *[_fmt(baseline["untuned_test"].get(n)) for n in names]])
     recipe = ", ".join(f"{k} {v}" for k, v in baseline["params"].items())
     lines = ["## Against the baseline\n", f"**{baseline['sentence'][0].upper()}{baseline['sentence'][1:]}.**\n",
              f"The baseline is the recipe a user would run without finesweep ({recipe}), trained in the same sweep "

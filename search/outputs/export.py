@@ -137,7 +137,20 @@ def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: d
             measured = evaluate(model, test_split, collate, task)
             del model
             gc.collect()
-    return baseline_comparison.compare(task, winner, measured, best, baseline)
+    untuned = _untuned_base(config, best, test_split, collate) if task == Task.causal_lm else None
+    return baseline_comparison.compare(task, winner, measured, best, baseline, untuned)
+
+
+def _untuned_base(config: SweepConfig, best: dict, test_split: Any, collate: Callable) -> dict[str, float]:
+    """A causal LM's base model as it was before any training, on the same test split: what fine-tuning added."""
+    from finesweep.trainer.evaluate import evaluate
+    from finesweep.trainer.models import load_model
+
+    model = load_model(config.candidate(best["model"]), Task.causal_lm, None, config.trust_remote_code)
+    measured = evaluate(model.eval(), test_split, collate, Task.causal_lm)
+    del model
+    gc.collect()
+    return measured
 
 
 def not_made_paragraph(variant: str, reason: str, kept: list[str], out_dir: Path, log_file: Path | None) -> str:

@@ -18,19 +18,23 @@ def quality(metrics: dict[str, float], task: Task) -> dict[str, float]:
 
 
 def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], best: dict[str, Any],
-            baseline_trial: dict[str, Any]) -> dict[str, Any]:
+            baseline_trial: dict[str, Any], untuned: dict[str, float] | None = None) -> dict[str, Any]:
     """What summary.json, the parent run, the card and the console say: both test scores, the gain in the task's
     primary metric (accuracy: points, + is better; perplexity: percent, - is better) and on validation, and whether
-    the baseline itself won (then the export is the baseline's checkpoint: the search found nothing better)."""
+    the baseline itself won (then the export is the baseline's checkpoint: the search found nothing better).
+    `untuned` (a causal LM): the base model's test scores before any training, the floor both started from."""
     name, higher_is_better = PRIMARY[Task(task)]
     won = baseline_trial["trial_id"] == best["trial_id"]
     gain = _gain(winner[name], baseline[name], higher_is_better)
+    said = sentence(name, winner[name], baseline[name], gain, higher_is_better, won)
+    if untuned and name in untuned:
+        said += f"; the untuned base model: test {name} {untuned[name]:.4g}"
     return {
         "trial_id": baseline_trial["trial_id"], "step": baseline_trial["step"], "params": baseline_trial["params"],
         "validation": {baseline_trial["metric"]: baseline_trial["value"]}, "test": quality(baseline, task),
         "winner_test": quality(winner, task), "metric": name, "gain": gain,
         "gain_unit": "points" if higher_is_better else "percent", "validation_gain": best["value"] - baseline_trial["value"],
-        "baseline_won": won, "sentence": sentence(name, winner[name], baseline[name], gain, higher_is_better, won),
+        "baseline_won": won, "sentence": said, "untuned_test": quality(untuned, task) if untuned else None,
     }
 
 

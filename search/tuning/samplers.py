@@ -12,7 +12,7 @@ from finesweep.search.selection.pareto import search_objectives
 from finesweep.search.tuning import optuna_compat
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.grid import distinct, grid
-from finesweep.spaces.space import BASELINE_KEY, baseline_point, suggest_or_baseline
+from finesweep.spaces.space import BASELINE_KEY, baseline_point, centre_point, suggest_or_baseline
 
 
 class DistinctGridSampler(GridSampler):
@@ -52,15 +52,23 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
     baseline = sweep_baseline(config, precisions)
     space = functools.partial(suggest_or_baseline, space=config.space, models=config.model_names,
                               precisions=precisions, baseline=baseline)
-    points = [dict(p) for p in config.search.initial_points]
+    points = first_points(config)
     if baseline is not None and points:
-        points.insert(0, {})  # the baseline takes the study's first trial: the initial points follow it, none lost
+        points.insert(0, {})  # the baseline takes the study's first trial: the points follow it, none lost
     # With a second objective, metric and mode are lists and the study has two directions (TPE, random and grid
     # all sample for it). OptunaSearch then tells each trial's LAST result, [metric, throughput], when the trial
     # ends (it skips intermediate reports for several objectives); the throughput there is the trial's own average.
     metric, mode = search_objectives(config.search)
     return OptunaSearch(space=space, sampler=sampler, metric=metric, mode=mode,
                         points_to_evaluate=points or None)
+
+
+def first_points(config: SweepConfig) -> list[dict[str, Any]]:
+    """What the sampler tries before it samples: the user's initial points, or else (TPE) the space's centre, which
+    tells its model more than a random first draw. Random and grid searches sample from the start."""
+    if config.search.initial_points:
+        return [dict(point) for point in config.search.initial_points]
+    return [centre_point(config.space)] if config.search.algorithm == "tpe" else []
 
 
 def sweep_baseline(config: SweepConfig, precisions: list[str]) -> dict[str, Any] | None:

@@ -3,6 +3,7 @@ never stopped early by ASHA, at most one epoch, then compared with the winner on
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -123,3 +124,15 @@ def test_a_winner_on_the_edge_of_the_space_is_named_with_the_field_to_widen():
     # A warm-up of 0 at the bottom of [0, 0.2]: there is nothing below it to search.
     assert [w.split(";")[1].strip() for w in bottom] == ["widen space.learning_rate.low (to 2.5e-05, say)"]
     assert edge_warnings({"learning_rate": 1.2e-4, "effective_batch_size": 16, "warmup_ratio": 0.1}, space) == []
+
+
+def test_without_initial_points_tpe_tries_the_baseline_then_the_spaces_centre():
+    config = _config({"learning_rate": {"low": 1e-5, "high": 1e-3, "log": True}, "effective_batch_size": [8, 16, 32],
+                      "warmup_ratio": {"low": 0.0, "high": 0.2}})
+    searcher = make_searcher(config, ["fp32"])
+    first, second, third = [searcher.suggest(f"t{i}") for i in range(3)]
+    assert first[BASELINE_KEY] is True
+    assert second["learning_rate"] == pytest.approx(1e-4) and second["effective_batch_size"] == 16
+    assert second["warmup_ratio"] == pytest.approx(0.1) and BASELINE_KEY not in second | third
+    random = _config({"learning_rate": RANGE}, {"algorithm": "random", "baseline": "off"})
+    assert make_searcher(random, ["fp32"]).suggest("t0")["learning_rate"] != pytest.approx(math.sqrt(1e-4 * 1e-3))

@@ -393,6 +393,12 @@ def test_causal_lm_instruction_tuning_end_to_end(tmp_path):
     trials = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
     assert len(trials) == 3
     assert all(client.get_metric_history(r.info.run_id, "eval_perplexity") for r in trials)
+    # The baseline's comparison of a causal LM also measures the untuned base model: what fine-tuning added.
+    baseline = json.loads((sweep_dir / "summary.json").read_text())["baseline"]
+    untuned = baseline["untuned_test"]["perplexity"]
+    assert untuned > baseline["winner_test"]["perplexity"] > 1, "a few steps of fine-tuning lower the perplexity"
+    assert client.get_run(state["parent_run_id"]).data.metrics["untuned_test_perplexity"] == untuned
+    assert "| untuned base model |" in (sweep_dir / "export" / "README.md").read_text()
     predicted = finesweep("predict", str(sweep_dir / "export" / "model"), "name the colour red number 7", cwd=tmp_path)
     assert predicted.returncode == 0 and '"generated"' in predicted.stdout, predicted.stderr
 
