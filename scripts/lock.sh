@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Refresh requirements.lock: the exact versions (with their files' hashes) that scripts/setup.sh installs, resolved
+# Refresh requirements-lock.txt: the exact versions (with their files' hashes) that scripts/setup.sh installs, resolved
 # by pip-tools from pyproject.toml's ranges and the test extra, for Python 3.11 on a CPU machine. torch is left out
 # of the lock (setup.sh installs the build that fits the machine: the CPU one by default), but what torch needs is
 # in it. Run it after changing a dependency in pyproject.toml, then run the tests and commit both files.
@@ -20,7 +20,7 @@ trap 'rm -f "$constraints"' EXIT
 echo "torch==${FINESWEEP_LOCK_TORCH:-2.13.0}" > "$constraints"
 "$TOOLS/bin/pip-compile" pyproject.toml --extra test --generate-hashes --strip-extras \
     --unsafe-package torch --no-emit-index-url --no-emit-find-links --constraint "$constraints" \
-    --output-file requirements.lock --quiet "$@" 2>&1 | sed -e '/is ignored: it is neither a file nor a directory/d' -e '/may be rejected by pip install/d'
+    --output-file requirements-lock.txt --quiet "$@" 2>&1 | sed -e '/is ignored: it is neither a file nor a directory/d' -e '/may be rejected by pip install/d'
 # The header names the command that made it, not this machine's temporary file.
-sed -i "s#--constraint=[^ ]*#--constraint=<torch==${FINESWEEP_LOCK_TORCH:-2.13.0}>#" requirements.lock
-echo "requirements.lock: $(grep -c '^[a-zA-Z0-9]' requirements.lock) packages pinned (torch installed apart)"
+sed -i "s#--constraint=[^ ]*#--constraint=<torch==${FINESWEEP_LOCK_TORCH:-2.13.0}>#" requirements-lock.txt
+echo "requirements-lock.txt: $(grep -c '^[a-zA-Z0-9]' requirements-lock.txt) packages pinned (torch installed apart)"

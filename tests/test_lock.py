@@ -1,4 +1,4 @@
-"""requirements.lock (what scripts/setup.sh installs) stays within pyproject.toml's ranges: a range changed without
+"""requirements-lock.txt (what scripts/setup.sh installs) stays within pyproject.toml's ranges: a range changed without
 running scripts/lock.sh fails here, not on a newcomer's machine."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _locked() -> dict[str, str]:
-    pins = re.findall(r"^([A-Za-z0-9_.-]+)==([^\s\\]+)", (ROOT / "requirements.lock").read_text(), re.M)
+    pins = re.findall(r"^([A-Za-z0-9_.-]+)==([^\s\\]+)", (ROOT / "requirements-lock.txt").read_text(), re.M)
     return {canonicalize_name(name): version for name, version in pins}
 
 
@@ -37,7 +37,7 @@ def test_the_lock_pins_every_requirement_within_its_range():
 
 
 def test_the_lock_checks_hashes_and_leaves_torch_out():
-    text = (ROOT / "requirements.lock").read_text()
+    text = (ROOT / "requirements-lock.txt").read_text()
     blocks = re.findall(r"^([A-Za-z0-9_.-]+==\S+)((?:\s+\\\n\s+--hash=sha256:[0-9a-f]{64})*)", text, re.M)
     assert len(blocks) == len(_locked()) > 100 and all(hashes for _, hashes in blocks)
     assert "ray==" in text and "transformers==" in text and not re.search(r"^torch==", text, re.M)

@@ -159,7 +159,7 @@ def not_made_paragraph(variant: str, reason: str, kept: list[str], out_dir: Path
     where = f"the traceback is in {log_file}" if log_file else "run again with --verbose for the traceback"
     return (f"{variant} could not be made ({reason}). The export in {out_dir} holds {', '.join(kept)} instead, and "
             f"its deploy pick is among them; {where}. The usual cause is a library version finesweep was not tested "
-            "with: scripts/setup.sh installs the locked versions (requirements.lock). Then make the variant again "
+            "with: scripts/setup.sh installs the locked versions (requirements-lock.txt). Then make the variant again "
             f"without training again: finesweep export <sweep folder> --quantize {variant}.")
 
 
