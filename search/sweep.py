@@ -16,6 +16,7 @@ from finesweep.search.outputs.console import Console
 from finesweep.search.probe.device import Device
 from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
+from finesweep.search.selection.best import Best, baseline_of
 from finesweep.search.selection.deploy import CPU_PREFIX
 from finesweep.search.selection.edges import edge_warnings
 from finesweep.search.tracking.tags import (BASELINE_TRIAL_TAG, BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG,
@@ -23,7 +24,6 @@ from finesweep.search.tracking.tags import (BASELINE_TRIAL_TAG, BEST_RUN_TAG, BE
                                             GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic
-from finesweep.spaces.space import BASELINE_KEY
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,6 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
 
 def _search(session: Session, address: str | None, tune_experiment: str, resume: bool):
     from finesweep.search.outputs.pareto_report import pick_export
-    from finesweep.search.selection.best import baseline_of
     from finesweep.search.tuning.recovery import drop_runs_of_unsaved_trials
     from finesweep.search.tuning.callbacks import TrialEndRecorder, budget_end_state
     from finesweep.search.tuning.context import TrialContext
@@ -179,7 +178,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     # With search.second_objective: the Pareto front printed and logged, and the trial search.pick names.
     best = pick_export(results, config.search, tracker, session.parent, session.console, session.folder.root)
     session.clock.lap("search")
-    return best, baseline_of(results, config.search.metric, config.search.mode, BASELINE_KEY)
+    return best, baseline_of(results, config.search.metric, config.search.mode)
 
 
 def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
@@ -272,7 +271,6 @@ def _log_generations(tracker: Tracker, parent: str, path: Path) -> None:
 def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | None,
              console: Console | None = None):
     """Export a finished sweep's best checkpoint again, with other quantizations or into another folder."""
-    from finesweep.search.selection.best import Best
     from finesweep.search.outputs.export import check_backends
 
     console = console or Console()

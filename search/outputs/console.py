@@ -176,14 +176,19 @@ def leaderboard_table(tracker, experiment_id: str, parent_run_id: str, metric: s
                   "end state", title="Trials")
     for run, best in rows:
         p, tags = run.data.params, run.data.tags
-        name = run.info.run_name + (f" {BASELINE_MARK}" if p.get("baseline") == "True" else "")
+        name = run.info.run_name + (f" {BASELINE_MARK}" if _is_baseline(run) else "")
         table.add_row(name, p.get("model", ""), p.get("precision", ""), _method(p),
                       _fmt(float(p["learning_rate"])) if "learning_rate" in p else "",
                       p.get("effective_batch_size", ""), f"{p.get('micro_batch', '')} x {p.get('gradient_accumulation', '')}",
                       _fmt(best.value) if best else "-", str(best.step) if best else "-", tags.get(END_STATE_TAG, run.info.status))
-    if any(run.data.params.get("baseline") == "True" for run, _ in rows):
+    if any(_is_baseline(run) for run, _ in rows):
         table.caption = f"{BASELINE_MARK} the baseline: the recipe a user would run without finesweep (search.baseline)"
     return table
+
+
+def _is_baseline(run) -> bool:
+    """The trial logged the param `baseline` True (TrialPlan.baseline, search.baseline)."""
+    return run.data.params.get("baseline") == "True"
 
 
 def _other_plan(plan: dict[str, Any] | None) -> str:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from finesweep.spaces.space import BASELINE_KEY
+
 # The attribute Tune ranks a trial's checkpoints by (CheckpointConfig): the search metric with ties broken by step.
 CHECKPOINT_SCORE = "finesweep_checkpoint_score"
 # Tune keeps the LATER of two checkpoints with equal scores, so an exact tie at the best value would evict the
@@ -87,10 +89,10 @@ def pick_best(results, metric: str, mode: str) -> Best | None:
                 params=params, checkpoint_dir=Path(checkpoint.path), mlflow_run_id=metrics.get("mlflow_run_id"))
 
 
-def baseline_of(results, metric: str, mode: str, baseline_key: str) -> Best | None:
-    """The baseline trial's best evaluation (its config carries `baseline_key`), or None when none ran or none of its
+def baseline_of(results, metric: str, mode: str) -> Best | None:
+    """The baseline trial's best evaluation (its config carries BASELINE_KEY), or None when none ran or none of its
     evaluations was finite."""
-    return pick_best([result for result in results if (result.config or {}).get(baseline_key)], metric, mode)
+    return pick_best([result for result in results if (result.config or {}).get(BASELINE_KEY)], metric, mode)
 
 
 def kept_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
