@@ -54,6 +54,7 @@ class Session(Measured):
     experiment_id: str = ""
     parent: str = ""
     plan: dict[str, Any] | None = None  # what the plan decided and predicted (a new sweep's; a resume keeps its own)
+    exploitation: dict[str, Any] | None = None  # what training the winner further did (search.exploit), when it ran
 
 
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console) -> Session:
@@ -113,6 +114,11 @@ def _save_state(session: Session, tune_experiment: str) -> None:
     }, indent=1)
 
 
+def _update_state(session: Session, **fields: Any) -> None:
+    """sweep-state.json with `fields` added (the phase a resume continues)."""
+    write_json_atomic(session.folder.state_file, {**read_state(session.folder.root), **fields}, indent=1)
+
+
 def _search_and_export(session: Session, address: str | None, tune_experiment: str, resume: bool) -> dict[str, Any]:
     tracker = session.tracker
     try:
@@ -165,20 +171,47 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
     recorder = TrialEndRecorder(tracker.uri, context, evaluations, session.console.trial_event(config.search.metric))
     setup = TuneSetup(context, session.folder.tune, tune_experiment, session.precisions, [recorder])
-    if resume:
-        drop_runs_of_unsaved_trials(tracker, context, setup.storage / tune_experiment)
-    results = (restore_tuner(config, setup) if resume else make_tuner(config, setup)).fit()
-    remove_scratch_left_here(tune_experiment)
-    recorder.close_unfinished(budget_end_state(config, results))
+    continuing = read_state(session.folder.root).get("exploitation") if resume else None
+    started = time.time()
+    if continuing:  # interrupted while the winner trained further: the trials are over, their results are kept
+        results = restore_tuner(config, setup).get_results()
+    else:
+        if resume:
+            drop_runs_of_unsaved_trials(tracker, context, setup.storage / tune_experiment)
+        results = (restore_tuner(config, setup) if resume else make_tuner(config, setup)).fit()
+        remove_scratch_left_here(tune_experiment)
+        recorder.close_unfinished(budget_end_state(config, results))
+    explored = None if resume else time.time() - started  # a resumed search's wall time here is not its own
     from finesweep.search.outputs.plots import log_sweep_plots  # never raises: a plot failure must not fail the sweep
 
     log_sweep_plots(config, tracker, session.experiment_id, session.parent, session.precisions,
                     session.folder.root / "plots", session.console.warn)
-    session.console.leaderboard(tracker, session.experiment_id, session.parent, config.search.metric, config.search.mode)
     # With search.second_objective: the Pareto front printed and logged, and the trial search.pick names.
     best = pick_export(results, config.search, tracker, session.parent, session.console, session.folder.root)
+    best = _exploit(session, setup, best, results, explored, continuing)
+    session.console.leaderboard(tracker, session.experiment_id, session.parent, config.search.metric, config.search.mode)
     session.clock.lap("search")
     return best, baseline_of(results, config.search.metric, config.search.mode)
+
+
+def _exploit(session: Session, setup, winner: Best | None, results, explored: float | None,
+             continuing: dict[str, Any] | None) -> Best | None:
+    """The rest of the time budget to the search's winner (search/tuning/exploit.py): the better of its best
+    checkpoint and its continuation's. The continuation is recorded in sweep-state.json before it starts, so a
+    resume after a crash goes on with it."""
+    from finesweep.search.tuning import exploit
+
+    if winner is None or not exploit.applies(session.config):
+        return winner
+    final, session.exploitation = exploit.continue_winner(
+        session.config, setup, winner, results, explored, continuing, session.plan, session.tracker.uri,
+        session.console, lambda record: _update_state(session, exploitation=record))
+    if session.exploitation:  # the real split of the budget, beside the plan's on the parent run
+        done = session.exploitation
+        split = {"exploitation_seconds": done["trained_seconds"], **(
+            {"exploration_seconds": done["exploration_seconds"]} if done["exploration_seconds"] is not None else {})}
+        session.tracker.log_metrics(session.parent, split, 0)
+    return final
 
 
 def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
@@ -189,16 +222,18 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
         return {"best": None}
     tracker.set_tags(parent, {BEST_RUN_TAG: best.mlflow_run_id, BEST_STEP_TAG: best.step, BEST_TRIAL_TAG: best.trial_id})
     tracker.log_metrics(parent, {f"best_{best.metric}": best.value}, best.step)
-    baseline_won = baseline is not None and baseline.trial_id == best.trial_id
+    origin = (session.exploitation or {}).get("source_trial") or best.trial_id  # a continuation's is its source's
+    baseline_won = baseline is not None and baseline.trial_id == origin
     edges = [] if baseline_won else edge_warnings(best.params, session.config.space)  # the baseline is off-space
-    exported = export_winner(session.config, session.folder, session.data, best, console, baseline, edges)
+    exported = export_winner(session.config, session.folder, session.data, best, console, baseline, edges,
+                             session.exploitation)
     registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)
     session.clock.lap("export")
     return {"best": best.as_dict(), "export_dir": str(exported.folder), "test_metrics": exported.metrics,
             "deploy": exported.deploy, "warnings": exported.warnings, "registered": registered,
             "export_complete": not exported.not_made, "export_not_made": exported.not_made,
             "baseline": exported.baseline or None, "baseline_trial": baseline.as_dict() if baseline else None,
-            "edge_warnings": edges}
+            "edge_warnings": edges, "exploitation": session.exploitation}
 
 
 def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, parent: str, exported, best,
@@ -292,14 +327,14 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
     check_backends(config)
     baseline = Best.from_dict(summary["baseline_trial"]) if summary.get("baseline_trial") else None
     exported = export_winner(config, folder, prepare_data(config, folder, console), best, console, baseline,
-                             summary.get("edge_warnings"))
+                             summary.get("edge_warnings"), summary.get("exploitation"))
     record_export(config, Tracker(state["tracking_uri"]), state["experiment_id"], state["parent_run_id"], exported,
                   best, console)
     return exported
 
 
 def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console,
-                  baseline=None, edges: list[str] | None = None):
+                  baseline=None, edges: list[str] | None = None, exploitation: dict[str, Any] | None = None):
     from finesweep.search.outputs.export import export_best
     from finesweep.trainer import data as data_module
     from finesweep.trainer.models import load_tokenizer
@@ -309,7 +344,7 @@ def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep,
     test_split = data_module.load_tokenized(Path(data.tokenized[best.model]))["test"]
     result = export_best(config=config, checkpoint_dir=best.checkpoint_dir, tokenizer_source=best.checkpoint_dir,
                          test_split=test_split, collate=data_module.collator(tokenizer, config.data.task),
-                         best=best.as_dict(), out_dir=folder.export_dir(config), label_names=data.prepared.label_names,
+                         best={**best.as_dict(), **({"exploitation": exploitation} if exploitation else {})}, out_dir=folder.export_dir(config), label_names=data.prepared.label_names,
                          log_file=folder.log_file, baseline=baseline.as_dict() if baseline else None,
                          search_warnings=edges)
     console.export_table(result)

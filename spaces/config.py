@@ -234,6 +234,18 @@ class BaselineRecipe(_Section):
     lora_alpha: int = Field(16, ge=1, description="lora and qlora: twice the rank, the usual pairing (peft's own default is 8).")
 
 
+class ExploitConfig(_Section):
+    """After the search, the rest of a time budget trains the winner further: the budget buys the best final model,
+    not only the best configuration (scikit-learn's refit, AutoGluon's refit_full, PBT's survivors)."""
+
+    share: float = Field(0.4, ge=0, le=0.9, description="Fraction of search.time_budget_minutes kept for the winner after the search (the search gets the rest, and whatever it leaves unspent goes to the winner too); 0 = off. Needs a time budget.")
+    start: Literal["checkpoint", "scratch"] = Field("checkpoint", description="checkpoint: the winning trial goes on from its best checkpoint with every core the search used, its learning rate re-drawn as if it had been planned to end with the budget (warm restart), decaying to zero at the end; scratch: its configuration trains again from step 0 for the remaining time (benchmarks/README.md compares the two).")
+
+    def seconds(self, time_budget_minutes: float | None) -> float:
+        """Seconds of the time budget kept for the winner (0 without a time budget)."""
+        return self.share * time_budget_minutes * 60 if time_budget_minutes else 0.0
+
+
 class SearchConfig(_Section):
     """How trials are sampled, run and stopped."""
 
@@ -247,16 +259,24 @@ class SearchConfig(_Section):
     mode: Literal["min", "max"] = Field("min", description="Whether the metric is minimised or maximised.")
     eval_every_steps: int = Field(50, ge=1, description="Optimizer steps between evaluations (each one reported to ASHA and MLflow).")
     max_steps: int = Field(200, ge=1, description="Optimizer steps per trial at most.")
-    time_budget_minutes: float | None = Field(None, gt=0, description="Wall-clock budget of the trials; when it ends, running trials stop, their evaluations so far count, and the export goes on.")
+    time_budget_minutes: float | None = Field(None, gt=0, description="Wall-clock budget of the search: the trials, then the winner trained further (search.exploit.share of it); when the trials' share ends, running trials stop and their evaluations so far count; the winner's training ends with the budget, and the export goes on.")
     step_budget: int | None = Field(None, ge=1, description="Training steps of all trials together; when they are spent, running trials stop, their evaluations so far count, and the export goes on.")
     fit_to_budget: bool = Field(True, description="With time_budget_minutes or step_budget: fit the trials to the budget (the plan `finesweep plan` prints). A time budget that cannot pay for every combination's max_steps allots each trial evaluation periods of equal seconds, as many as a trial started first fits in the budget (a slower combination trains fewer steps in them); a step budget shortens the trials to what it pays for; num_trials is capped at the trials that can start. false: max_steps and num_trials as written; the budget then cuts what runs when it ends.")
     keep_checkpoints: int = Field(2, ge=1, description="Best checkpoints each trial keeps on disk.")
     baseline: Literal["auto", "off"] | BaselineRecipe = Field("auto", description="The recipe a user would run without finesweep, measured as the sweep's first trial (never stopped early, at most one epoch) and reported beside the winner: auto = transformers' Trainer defaults for the first candidate (full: lr 5e-5, batch 8, fp32, no warm-up, no weight decay, linear decay; lora/qlora: lr 2e-4, r 8, alpha 16); a mapping sets the recipe's fields (search.baseline.*); off = none.")
+    exploit: ExploitConfig = Field(default_factory=ExploitConfig, description="The rest of the time budget to the winner after the search (search.exploit.*).")
     initial_points: list[dict[str, Any]] = Field(default_factory=list, description="Configurations tried first, after the baseline (e.g. your current recipe), so the search starts from them; unlisted dimensions are sampled. Empty: TPE tries the space's centre first (each range's middle, geometric for a log range; the middle batch size).")
     min_relative_speed: float = Field(1 / 3, ge=0, lt=1, description="A precision or method whose measured training samples/s is below this fraction of the fastest combination's, for every candidate model, leaves the space with its reason (bf16 on a CPU without bf16 instructions); an initial point on it moves to the fastest value kept. 0 keeps everything.")
     second_objective: Literal["none", "throughput"] = Field("none", description="A second objective Optuna samples for (multi-objective): throughput = the trial's training samples per second (train_samples_per_second_so_far, maximised); the Pareto front is reported. ASHA still stops on the metric alone.")
     pick: Literal["best_metric", "fastest_within"] = Field("best_metric", description="Which trial's best checkpoint is exported: the best metric's, or the fastest trial whose best metric is within pick_tolerance of the best (needs second_objective).")
     pick_tolerance: float = Field(0.01, ge=0, description="pick: fastest_within: how far (absolute, in the metric's units, inclusive) a trial's best metric may fall short of the best.")
+
+    @property
+    def exploration_seconds(self) -> float | None:
+        """The trials' share of the time budget (None without one): what the exploitation keeps is not theirs."""
+        if not self.time_budget_minutes:
+            return None
+        return self.time_budget_minutes * 60 - self.exploit.seconds(self.time_budget_minutes)
 
     @model_validator(mode="after")
     def _pick_rule_fits(self) -> "SearchConfig":

@@ -190,3 +190,16 @@ def get_json(url: str, timeout: float) -> dict:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def saved_checkpoints_of_running_trials(sweep_dir: Path) -> dict[Path, str]:
+    """trial folder -> the checkpoint Tune's newest saved state names as the trial's latest, for running trials whose
+    checkpoint is on disk."""
+    from finesweep.search.tuning.recovery import saved_trials
+
+    named = {}
+    for experiment in sweep_dir.glob("tune/*/"):
+        for trial in saved_trials(experiment):
+            if trial.status == "RUNNING" and trial.checkpoint and (trial.folder / trial.checkpoint).is_dir():
+                named[trial.folder] = trial.checkpoint
+    return named

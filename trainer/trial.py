@@ -88,11 +88,20 @@ class TrialPlan:
     use_gpu: bool = True  # False: the CPU even where CUDA is present (resources.gpus_per_trial: 0)
     group_by_length: bool = True  # batches of rows of similar length (data.group_by_length)
     baseline: bool = False  # the recipe a user would run without finesweep (search.baseline), not a sample
+    # The winner trained further after the search (search.exploit): it ends by this time.time() instead of at
+    # max_steps, which is then the provisional end (trainer/schedule.py); `restart_schedule`: it continues another
+    # run's finished schedule (a warm restart); `evaluation_seconds`: an evaluation's cost until it measures one.
+    finish_by: float | None = None
+    restart_schedule: bool = False
+    evaluation_seconds: float = 0.0
 
     def params(self) -> dict[str, Any]:
         """The numbers worth logging once per trial."""
+        # A run that ends by its deadline times its own end: its provisional max_steps and how it started differ
+        # each time it (re)starts, and MLflow keeps a run's first value of a parameter.
+        timed = ("finish_by", "restart_schedule", "evaluation_seconds", *(("max_steps",) if self.finish_by else ()))
         flat = {k: v for k, v in asdict(self).items()
-                if k not in ("candidate", "label_names", "batch", "tokenized_dir", "output_dir", "resume_from")}
+                if k not in ("candidate", "label_names", "batch", "tokenized_dir", "output_dir", "resume_from", *timed)}
         flat.update(model=self.candidate["name"], effective_batch_size=self.batch.effective,
                     micro_batch=self.batch.micro, gradient_accumulation=self.batch.accumulation, devices=self.batch.devices)
         return flat
@@ -108,13 +117,22 @@ def train(plan: TrialPlan, sink: EvaluationSink) -> dict[str, float]:
     import torch
 
     torch.set_num_threads(max(1, plan.threads))
-    if plan.resume_from and _checkpoint_step(plan.resume_from) >= plan.max_steps:
+    if plan.resume_from and _checkpoint_step(plan.resume_from) >= _step_bound(plan):
         return {}  # restarted from its final checkpoint (killed after its last report): nothing is left to train
+    if plan.finish_by is not None and time.time() >= plan.finish_by:
+        return {}  # its deadline passed while it waited (a resume after the budget's end)
     if plan.deepspeed_stage:
         single_process_rendezvous()
     trainer = _build_trainer(plan, sink)
     trainer.train(resume_from_checkpoint=plan.resume_from)
     return trainer.state.log_history[-1] if trainer.state.log_history else {}
+
+
+def _step_bound(plan: TrialPlan) -> int:
+    """The Trainer's max_steps: the plan's, or for a run that ends by its deadline a bound it never reaches."""
+    from finesweep.trainer.schedule import OVERSHOOT
+
+    return plan.max_steps * OVERSHOOT if plan.finish_by is not None else plan.max_steps
 
 
 def deepspeed_config(plan: TrialPlan) -> dict[str, Any]:
@@ -162,8 +180,17 @@ def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
         data_collator=data.collator(tokenizer, task),
         processing_class=tokenizer,
         compute_metrics=classification_metrics if task == Task.classification else None,
-        callbacks=[_sink_callback(sink, task, divergence_limit(model, task))],
+        callbacks=[_sink_callback(sink, task, divergence_limit(model, task)), *_deadline(plan)],
     )
+
+
+def _deadline(plan: TrialPlan) -> list[Any]:
+    """The callback that ends a run by its deadline (trainer/schedule.py), when it has one."""
+    if plan.finish_by is None:
+        return []
+    from finesweep.trainer.schedule import FinishByDeadline
+
+    return [FinishByDeadline(plan.finish_by, plan.evaluation_seconds, plan.restart_schedule)]
 
 
 class _Throughput:
@@ -234,7 +261,7 @@ def _training_arguments(plan: TrialPlan):
     on_cuda = plan.use_gpu and torch.cuda.is_available()
     return TrainingArguments(
         output_dir=plan.output_dir,
-        max_steps=plan.max_steps,
+        max_steps=_step_bound(plan),
         learning_rate=plan.learning_rate,
         weight_decay=plan.weight_decay,
         warmup_steps=int(round(plan.warmup_ratio * plan.max_steps)),

@@ -110,6 +110,8 @@ def _params_section(best: dict) -> str:
         "## Winning hyperparameters\n",
         f"Best validation {best.get('metric', '?')} = {_fmt(best.get('value'))} at step {best.get('step', '?')} "
         f"of trial `{best.get('trial_id', '?')}`.\n",
+        *([f"{best['exploitation']['sentence']} (search.exploit: the rest of the time budget to the search's "
+           "winner).\n"] if best.get("exploitation") else []),
         "| hyperparameter | value |",
         "|---|---|",
         *rows,

@@ -72,7 +72,7 @@ class Console:
         run = plan.simulated
         end = time.strftime("%H:%M:%S", time.localtime(time.time() + plan.predicted_seconds))
         self.out.print(f"  predicted: {run.started} trials start ({run.completed} to full length, {run.stopped_early} "
-                       f"stopped by ASHA, {run.cut_by_budget} by the budget); search {plan.search_seconds:.0f} s, "
+                       f"stopped by ASHA, {run.cut_by_budget} by the budget); search {plan.search_seconds:.0f} s{_split(plan)}, "
                        f"export {plan.export_seconds:.0f} s; ends about {end} "
                        f"({elapsed + plan.predicted_seconds:.0f} s after the start)")
 
@@ -189,6 +189,14 @@ def leaderboard_table(tracker, experiment_id: str, parent_run_id: str, metric: s
 def _is_baseline(run) -> bool:
     """The trial logged the param `baseline` True (TrialPlan.baseline, search.baseline)."""
     return run.data.params.get("baseline") == "True"
+
+
+def _split(plan) -> str:
+    """The search's seconds divided between the trials and the winner's further training, when it has any."""
+    if not plan.exploitation_seconds:
+        return ""
+    return (f" ({plan.search_seconds - plan.exploitation_seconds:.0f} s of trials, then "
+            f"{plan.exploitation_seconds:.0f} s for the winner)")
 
 
 def _other_plan(plan: dict[str, Any] | None) -> str:

@@ -92,6 +92,7 @@ class SearchPlan:
     notes: list[str] = field(default_factory=list)
     period_seconds: float | None = None  # allotted in time: every evaluation period lasts this long
     samples_per_evaluation: dict[str, int] = field(default_factory=dict)  # per combination, when allotted in time
+    exploitation_seconds: float = 0.0  # after the trials, the winner trains this long (search.exploit)
 
     def steps_per_evaluation(self, times: CombinationTimes) -> float:
         """Optimizer steps between evaluations at the space's mean effective batch."""
@@ -123,6 +124,8 @@ class SearchPlan:
                 "num_trials": self.num_trials, "requested_num_trials": self.requested_num_trials,
                 "eval_every_steps": self.eval_every_steps, "concurrency": self.concurrency, "budget": self.budget,
                 "search_seconds": round(self.search_seconds, 1), "export_seconds": round(self.export_seconds, 1),
+                "exploration_seconds": round(self.search_seconds - self.exploitation_seconds, 1),
+                "exploitation_seconds": round(self.exploitation_seconds, 1),
                 "simulated": vars(self.simulated), "notes": self.notes, "period_seconds": self.period_seconds,
                 "samples_per_evaluation": self.samples_per_evaluation,
                 "combinations": {c.key: {"seconds_per_step": round(c.seconds_per_step, 4),
@@ -280,7 +283,7 @@ def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_
             schedule = Schedule(max(1, min(evaluations, fits)), period)
             schedule.notes.append(
                 f"trials allotted time: {schedule.evaluations} evaluation periods of {period:.0f} s each ({why}), so "
-                f"a trial started first ends inside the {time_budget / 60:g}-minute budget; {slowest.key} would "
+                f"a trial started first ends inside the trials' {time_budget / 60:.3g}-minute budget; {slowest.key} would "
                 f"take {slowest.period_seconds(eval_every_steps):.0f} s per {eval_every_steps} steps, and trains "
                 "fewer steps in the same time")
             if fits < 1:
@@ -323,7 +326,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                                      train_rows, config.data.group_by_length)
     if not combinations:
         return None
-    time_budget = search.time_budget_minutes * 60 if search.time_budget_minutes else None
+    time_budget = search.exploration_seconds  # the trials' share: the rest trains the winner (search.exploit)
     schedule = Schedule(search.max_steps // search.eval_every_steps)
     if search.fit_to_budget:
         schedule = planned_schedule(combinations, search.max_steps, search.eval_every_steps, time_budget,
@@ -357,7 +360,12 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                           "budget (simulated), so TPE's random start-up is sized for them")
         simulated = runs(can_start)
     plan.simulated = sorted(simulated, key=lambda run: (run.seconds, run.started))[len(simulated) // 2]
-    plan.search_seconds = RAY_START_SECONDS + plan.simulated.seconds
+    plan.exploitation_seconds = search.exploit.seconds(search.time_budget_minutes)
+    plan.search_seconds = RAY_START_SECONDS + plan.simulated.seconds + plan.exploitation_seconds
+    if plan.exploitation_seconds:
+        plan.notes.append(f"the search's budget split: {time_budget:.0f} s for the trials, then {plan.exploitation_seconds:.0f} s "
+                          f"for the winner (search.exploit.share {search.exploit.share:g}, from its "
+                          f"{'best checkpoint' if search.exploit.start == 'checkpoint' else 'step 0'}, with every core)")
     return plan
 
 

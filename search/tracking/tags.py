@@ -24,6 +24,7 @@ TRIAL_TAG = "finesweep.trial_id"
 END_STATE_TAG = "finesweep.end_state"
 ERROR_TAG = "finesweep.error"
 RESUMED_TAG = "finesweep.resumed_from_step"
+EXPLOIT_TAG = "finesweep.exploit_of"  # on the run that trained the search's winner further: the trial it continued
 SPOOL_ID_TAG = "finesweep.spool_id"  # on a run created by sync: its placeholder, so a second sync finds it
 
 # Registered model versions

@@ -17,6 +17,16 @@ from finesweep.trainer.trial import TrialPlan, plan_batches
 
 
 @dataclass(frozen=True)
+class Exploitation:
+    """What the trial that trains the winner further after the search is told (search/tuning/exploit.py)."""
+
+    source_checkpoint: str | None  # the winner's best checkpoint it continues; None: from step 0
+    provisional_steps: int  # the steps it expects to end at, until it has timed its own (trainer/schedule.py)
+    finish_by: float  # time.time() by which it has trained, evaluated and saved its last step
+    evaluation_seconds: float  # an evaluation's expected cost, until it has measured one
+
+
+@dataclass(frozen=True)
 class TrialContext:
     """What every trial of a sweep shares."""
 
@@ -36,6 +46,7 @@ class TrialContext:
     # (search/probe/plan.py); None (also in a context pickled before it existed): the file's steps.
     samples_per_evaluation: dict[str, int] | None = None
     train_rows: int = 0  # rows of the training split: the baseline trains one epoch at most (0: unknown, no cap)
+    exploitation: Exploitation | None = None  # set for the winner's continuation only; a fresh one at each resume
 
 
 def trial_length(config: SweepConfig, context: TrialContext, key: str, effective_batch: int) -> tuple[int, int]:

@@ -52,3 +52,10 @@ def tune_environment() -> None:
     # A trial that ends before its first evaluation (diverged at step 1, out of memory) reports no metric;
     # Tune's strict check would abort the whole sweep for it. It is recorded in MLflow and pruned in Optuna.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+
+
+def largest_node_cpus() -> float:
+    """The CPUs of the largest live node of the Ray this process joined: the most one trial can be given."""
+    import ray
+
+    return max((node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node.get("Alive")), default=1.0)

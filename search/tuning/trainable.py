@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from finesweep.search.tracking.client import Tracker
-from finesweep.search.tracking.tags import TRIAL_TAG
+from finesweep.search.tracking.tags import EXPLOIT_TAG, TRIAL_TAG
+from finesweep.search.tuning import exploit
 from finesweep.search.tuning.context import TrialContext, build_plan
 from finesweep.search.tuning.scratch import copy_checkpoint, scratch_dir
 from finesweep.search.tuning.sink import final_failure, record_end, sink_for
@@ -24,8 +25,10 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
 
     trial = tune.get_context()
     tracker = Tracker(context.tracking_uri, context.spool_dir or None)
+    tags = {TRIAL_TAG: trial.get_trial_id(), **({EXPLOIT_TAG: params[exploit.EXPLOIT_KEY]}
+                                                 if params.get(exploit.EXPLOIT_KEY) else {})}
     run_id = tracker.trial_run(context.experiment_id, context.parent_run_id, trial.get_trial_id()) or tracker.start_run(
-        context.experiment_id, trial.get_trial_name(), {TRIAL_TAG: trial.get_trial_id()}, context.parent_run_id)
+        context.experiment_id, trial.get_trial_name(), tags, context.parent_run_id)
     try:
         config = SweepConfig.model_validate(context.sweep)
         if config.resources.workers_per_trial > 1:
@@ -48,12 +51,17 @@ def train_in_this_process(params: dict[str, Any], context: TrialContext, config:
     """A single-process trial. The Trainer writes its checkpoints to a scratch folder, removed when the trial ends:
     what Tune keeps is in the sweep's storage, and a retry restores from there."""
     from ray import tune
+    from ray.tune import Checkpoint
 
     from finesweep.trainer.trial import train
 
     output_dir = scratch_dir(tune.get_context().get_trial_id())
     try:
-        plan = build_plan(params, context, str(output_dir), _restored_checkpoint(output_dir))
+        restored = _restored_checkpoint(output_dir)
+        plan = build_plan(params, context, str(output_dir), restored)
+        if context.exploitation:
+            plan = exploit.trial_plan(plan, context.exploitation, restored,
+                                      lambda source: copy_checkpoint(Checkpoint.from_directory(source), output_dir))
         tracker.log_params(run_id, plan.params())
         sink = sink_for(plan, tracker, run_id, (config.search.metric, config.search.mode))
         try:

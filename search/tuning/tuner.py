@@ -82,7 +82,7 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         metric=BEST_SO_FAR, mode=config.search.mode,
         search_alg=make_searcher(config, setup.precisions), scheduler=make_scheduler(config),
         num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials or 1,
-        time_budget_s=config.search.time_budget_minutes * 60 if config.search.time_budget_minutes else None,
+        time_budget_s=config.search.exploration_seconds,  # the rest of the budget trains the winner (exploit.py)
         # A reused worker has transformers imported already: about 9 s saved per trial on a CPU machine. A data-parallel
         # trial's driver cannot be reused: Tune stops it (ASHA) while it still waits on its Ray Train run.
         reuse_actors=config.resources.workers_per_trial == 1, trial_name_creator=trial_name,

@@ -406,9 +406,10 @@ def test_causal_lm_instruction_tuning_end_to_end(tmp_path):
 def test_time_budget_stops_running_trials_and_the_export_still_happens(tmp_path):
     """The budget (30 s) must outlast a trial worker's start and first evaluation on a busy 2-core machine."""
     tiny.classification_folder(tmp_path)
-    # No baseline: it trains one epoch, not max_steps, and may end before the budget does.
+    # No baseline: it trains one epoch, not max_steps, and may end before the budget does. No further training of the
+    # winner: the whole budget is the trials' (tests/search/test_exploit.py covers that share).
     sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 2\n  time_budget_minutes: 0.5\n  fit_to_budget: false"
-                                                        "\n  baseline: \"off\"")
+                                                        "\n  baseline: \"off\"\n  exploit: {share: 0}")
              .replace(f"max_steps: {5 * EVALS_PER_TRIAL}", "max_steps: 100000"))
     (tmp_path / "sweep.yaml").write_text(sweep)
     started = time.monotonic()

@@ -165,7 +165,7 @@ def test_a_sweep_without_budget_keeps_its_length_and_trials_and_predicts_their_t
 def test_a_time_budget_allots_each_combination_the_same_seconds_and_counts_the_trials_that_start():
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0),
               "slowest": probe("big", "bf16", 2.0, too_slow="far slower")}  # left out: the probe gave up on it
-    plan = _plan(_config(time_budget_minutes=5, num_trials=50, max_steps=2000), probes)
+    plan = _plan(_config(time_budget_minutes=5, num_trials=50, max_steps=2000, exploit={"share": 0}), probes)
     big, small = (next(c for c in plan.combinations if c.key == key) for key in ("big", "small"))
     assert [c.key for c in plan.combinations] == ["big", "small"]
     # small: 50 steps of 24 samples at 48/s and 80 rows at 40/s = 27 s; as many as fit after a trial's start,
@@ -184,6 +184,24 @@ def test_a_time_budget_allots_each_combination_the_same_seconds_and_counts_the_t
     assert plan.search_seconds == pytest.approx(planning.RAY_START_SECONDS + 300, abs=30)
     config = planning.apply(_config(time_budget_minutes=5, num_trials=50, max_steps=2000), plan)
     assert (config.search.max_steps, config.search.num_trials) == (plan.max_steps, plan.num_trials)
+
+
+def test_the_winners_share_of_a_time_budget_is_not_the_trials_and_the_plan_shows_the_split():
+    """search.exploit.share 0.4 of 5 minutes: the trials are planned in 180 s, the winner trains 120 s after them."""
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
+    config = _config(time_budget_minutes=5, num_trials=50, max_steps=2000, exploit={"share": 0.4})
+    assert config.search.exploration_seconds == pytest.approx(180)
+    plan = _plan(config, probes)
+    small = next(c for c in plan.combinations if c.key == "small")
+    assert plan.trial_seconds(small) == pytest.approx(180 * (1 - planning.BUDGET_MARGIN), abs=1)
+    assert plan.exploitation_seconds == pytest.approx(120)
+    assert plan.search_seconds == pytest.approx(planning.RAY_START_SECONDS + plan.simulated.seconds + 120)
+    assert plan.simulated.seconds <= 180
+    split = plan.to_dict()
+    assert split["exploitation_seconds"] == 120 and split["exploration_seconds"] == pytest.approx(
+        plan.search_seconds - 120, abs=0.1)
+    assert any("180 s for the trials, then 120 s for the winner" in note for note in plan.notes)
+    assert _plan(_config(exploit={"share": 0.4}), probes).exploitation_seconds == 0, "no time budget: no share"
 
 
 def test_a_trial_takes_its_combinations_samples_per_evaluation_in_steps_of_its_own_batch():

@@ -10,24 +10,12 @@ import time
 from pathlib import Path
 
 from tests import tiny
-from tests.sweeps import crash_sweep, evaluation_steps, finesweep, one_model_sweep, run_tags
+from tests.sweeps import (crash_sweep, evaluation_steps, finesweep, one_model_sweep, run_tags,
+                          saved_checkpoints_of_running_trials)
 
 TRIALS, MAX_STEPS, EVERY = 3, 60, 5
 
 SWEEP = one_model_sweep("crashy", 5, TRIALS, EVERY, MAX_STEPS)
-
-
-def _saved_checkpoints_of_running_trials(sweep_dir: Path) -> dict[Path, str]:
-    """trial folder -> the checkpoint Tune's newest saved state names as the trial's latest, for running trials whose
-    checkpoint is on disk."""
-    from finesweep.search.tuning.recovery import saved_trials
-
-    named = {}
-    for experiment in sweep_dir.glob("tune/*/"):
-        for trial in saved_trials(experiment):
-            if trial.status == "RUNNING" and trial.checkpoint and (trial.folder / trial.checkpoint).is_dir():
-                named[trial.folder] = trial.checkpoint
-    return named
 
 
 def _lose_the_saved_checkpoint(folder: Path, checkpoint: str) -> None:
@@ -42,7 +30,7 @@ def _kill_when_mid_trial(process: subprocess.Popen, sweep_dir: Path, timeout: fl
     while time.monotonic() < deadline:
         seen = evaluation_steps(sweep_dir)
         if any(3 <= len(steps) and steps[-1] < MAX_STEPS - 2 * EVERY for steps in seen.values()) and \
-                _saved_checkpoints_of_running_trials(sweep_dir):
+                saved_checkpoints_of_running_trials(sweep_dir):
             crash_sweep(process)
             return seen
         assert process.poll() is None, "the sweep ended before it could be interrupted"
@@ -57,7 +45,7 @@ def test_a_sweep_killed_mid_trial_resumes_without_rerunning_or_duplicating(tmp_p
     process = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"], cwd=tmp_path,
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     before = _kill_when_mid_trial(process, sweep_dir)
-    folder, checkpoint = next(iter(_saved_checkpoints_of_running_trials(sweep_dir).items()))
+    folder, checkpoint = next(iter(saved_checkpoints_of_running_trials(sweep_dir).items()))
     _lose_the_saved_checkpoint(folder, checkpoint)  # one trial also lost the checkpoint the saved state names
 
     result = finesweep("resume", "sweep.yaml", cwd=tmp_path)

@@ -1,0 +1,129 @@
+"""A run that must end by a deadline times itself and re-draws its linear decay to end there (trainer/schedule.py).
+
+The clock is simulated (a second per step, three per evaluation), so the end is exact; the scheduler and optimizer are
+torch's and transformers' own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from transformers import TrainerControl, TrainerState, get_linear_schedule_with_warmup
+
+from finesweep.trainer.schedule import OVERSHOOT, FinishByDeadline, steps_that_fit
+
+STEP_SECONDS, EVAL_SECONDS, EVERY = 1.0, 3.0, 10
+
+
+@dataclass
+class Args:
+    max_steps: int
+    eval_steps: int = EVERY
+    warmup_steps: int = 0
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _scheduler(total: int, warmup: int = 0, lr: float = 1e-3):
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    return get_linear_schedule_with_warmup(optimizer, warmup, total)
+
+
+def _run(callback: FinishByDeadline, scheduler, args: Args, clock: Clock, start_step: int = 0):
+    """The Trainer's loop as it calls a callback: returns (the step it stopped at, the rate used at each step)."""
+    state, control = TrainerState(global_step=start_step), TrainerControl()
+    callback.on_train_begin(args, state, control, lr_scheduler=scheduler)
+    rates = []
+    while not control.should_training_stop:
+        rates.append(scheduler.get_last_lr()[0])
+        clock.now += STEP_SECONDS
+        scheduler.step()
+        state.global_step += 1
+        control = TrainerControl()
+        if state.global_step % args.eval_steps == 0:
+            control.should_evaluate = True  # what transformers' DefaultFlowCallback sets before ours runs
+        callback.on_step_end(args, state, control, lr_scheduler=scheduler)
+        if control.should_evaluate:
+            clock.now += EVAL_SECONDS
+            callback.on_save(args, state, control)
+        assert state.global_step < args.max_steps, "never past the Trainer's bound"
+    return state.global_step, rates
+
+
+def test_the_steps_that_fit_pay_for_the_evaluations_at_every_multiple_and_the_last_one():
+    # From step 0, 100 s: 7 periods of 10 steps and their evaluations (91 s), then 6 steps and a last evaluation.
+    assert steps_that_fit(100, STEP_SECONDS, EVAL_SECONDS, EVERY) == 76
+    # From step 75: 5 steps to the next multiple and its evaluation (8 s), then as from step 80 with 92 s.
+    assert steps_that_fit(100, STEP_SECONDS, EVAL_SECONDS, EVERY, step=75) == 5 + 70
+    assert steps_that_fit(13, STEP_SECONDS, EVAL_SECONDS, EVERY) == 10, "its last step's evaluation is the period's"
+    assert steps_that_fit(3.5, STEP_SECONDS, EVAL_SECONDS, EVERY) == 0
+
+
+@pytest.mark.parametrize("estimate", [0.5, 1.0, 3.0], ids=["underestimated", "right", "overestimated"])
+def test_a_run_ends_by_its_deadline_with_its_rate_decayed_to_zero(estimate):
+    """Whether the provisional end was too short or too long, the run ends in time, its rate continuous and falling
+    to zero at its last step."""
+    clock, seconds = Clock(), 300.0
+    deadline = clock.now + seconds
+    fitting = steps_that_fit(seconds, STEP_SECONDS, EVAL_SECONDS, EVERY)
+    args = Args(max_steps=int(fitting * estimate) * OVERSHOOT)
+    scheduler = _scheduler(args.max_steps)
+    end, rates = _run(FinishByDeadline(deadline, EVAL_SECONDS, clock=clock), scheduler, args, clock)
+    assert clock.now <= deadline, "the last step and its evaluation end by the deadline"
+    assert end >= fitting - EVERY, f"it stopped at {end}, though {fitting} steps fit"
+    assert scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12), "the decay ends at zero"
+    falls = [later - earlier for earlier, later in zip(rates, rates[1:])]
+    assert max(falls) <= 1e-12, "the rate never rises again once it decays"
+    assert -min(falls) < 0.2 * rates[0], "no jump: each re-draw starts from the current rate"
+
+
+def test_a_continuation_restarts_the_finished_schedule_where_a_longer_run_would_be():
+    """The winner's checkpoint ended its schedule (rate 0 at step 200); continued with a provisional end of 600 steps,
+    its rate restarts at (600 - 200) / 600 of the base rate."""
+    clock = Clock()
+    scheduler = _scheduler(200)
+    for _ in range(200):
+        scheduler.step()
+    assert scheduler.get_last_lr()[0] == 0.0
+    args = Args(max_steps=600 * OVERSHOOT)
+    callback = FinishByDeadline(clock.now + 10_000, EVAL_SECONDS, restart=True, clock=clock)
+    callback.on_train_begin(args, TrainerState(global_step=200), TrainerControl(), lr_scheduler=scheduler)
+    assert scheduler.get_last_lr()[0] == pytest.approx(1e-3 * 400 / 600)
+    assert scheduler.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 * 400 / 600), "the next step's rate too"
+
+
+def test_a_resumed_run_goes_on_from_its_own_rate():
+    """A run restored from its own checkpoint (not a restart) keeps the rate its scheduler had."""
+    clock = Clock()
+    scheduler = _scheduler(1000)
+    for _ in range(300):
+        scheduler.step()
+    before = scheduler.get_last_lr()[0]
+    callback = FinishByDeadline(clock.now + 100, EVAL_SECONDS, clock=clock)
+    end, rates = _run(callback, scheduler, Args(max_steps=1000 * OVERSHOOT), clock, start_step=300)
+    assert rates[0] == pytest.approx(before)
+    assert 300 < end <= 300 + 100
+
+
+def test_a_run_from_step_0_warms_up_as_planned_before_its_decay_is_redrawn():
+    clock = Clock()
+    args = Args(max_steps=400 * OVERSHOOT, warmup_steps=20)
+    scheduler = _scheduler(args.max_steps, warmup=20)
+    _, rates = _run(FinishByDeadline(clock.now + 200, EVAL_SECONDS, clock=clock), scheduler, args, clock)
+    assert rates[:21] == sorted(rates[:21]) and rates[20] == pytest.approx(1e-3), "the warm-up rises to the base rate"
+    assert rates[-1] < rates[20] and scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_deadline_already_past_stops_at_the_first_step():
+    clock = Clock()
+    end, _ = _run(FinishByDeadline(clock.now - 1, EVAL_SECONDS, clock=clock), _scheduler(100),
+                  Args(max_steps=100 * OVERSHOOT), clock)
+    assert end == 1

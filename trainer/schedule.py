@@ -1,0 +1,115 @@
+"""A training run that must end by a wall-clock deadline (the winner trained further after the search).
+
+transformers' schedules count steps, and the steps a deadline pays for are known only once the run's own speed is
+(a continued trial trains with every core the search used, which the probe never timed). So the run times itself:
+after each optimizer step it re-estimates the step that ends in time, from its measured seconds per step and per
+evaluation, and re-draws the linear decay from the current rate to zero at that step. The rate never jumps (each
+re-draw starts where the last one was), it reaches zero at the last step, and the last step is evaluated and saved.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from transformers import TrainerCallback
+
+# Steps timed before the end is re-estimated: the first ones carry the warm-up of a fresh process.
+MIN_TIMED_STEPS = 3
+# The Trainer's loop bound is the provisional end times this: the run stops itself at its deadline long before.
+OVERSHOOT = 4
+
+
+def steps_that_fit(seconds_left: float, seconds_per_step: float, seconds_per_evaluation: float,
+                   eval_every_steps: int, step: int = 0) -> int:
+    """Optimizer steps after `step` that fit in `seconds_left`, with the evaluations (each with its checkpoint's save)
+    the Trainer makes at every multiple of `eval_every_steps` and one at the last step."""
+
+    def cost(steps: int) -> float:
+        end = step + steps
+        evaluations = end // eval_every_steps - step // eval_every_steps + (end % eval_every_steps != 0)
+        return steps * seconds_per_step + evaluations * seconds_per_evaluation
+
+    if seconds_per_step <= 0 or cost(1) > seconds_left:
+        return 0
+    low, high = 1, int(seconds_left / seconds_per_step) + 1  # cost(low) fits; cost(high) does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if cost(middle) <= seconds_left else (low, middle)
+    return low
+
+
+class FinishByDeadline(TrainerCallback):
+    """Ends training by `deadline` (time.time() seconds) with a linear decay to zero re-drawn as the run times itself.
+
+    `restart`: the run continues another run's checkpoint whose schedule had ended; its rate restarts where a run
+    planned from step 0 to the provisional end (the Trainer's max_steps over OVERSHOOT) would be at the checkpoint's
+    step (a warm restart). Otherwise the rate goes on from where the checkpoint's schedule left it (a resumed run),
+    or from the warm-up of a run from step 0. `evaluation_seconds`: what an evaluation and its save cost, until the
+    run has measured one."""
+
+    def __init__(self, deadline: float, evaluation_seconds: float, restart: bool = False,
+                 clock: Callable[[], float] = time.time):
+        self.deadline, self.evaluation_seconds, self.restart, self.clock = deadline, evaluation_seconds, restart, clock
+        self.end_step = 0
+        self._began_at = self._evaluating_since = 0.0
+        self._began_step = 0
+        self._evaluation_total = 0.0  # seconds spent evaluating and saving since the run began
+
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+        self._began_at, self._began_step = self.clock(), state.global_step
+        provisional = args.max_steps // OVERSHOOT
+        self.end_step = max(provisional, state.global_step + 1)
+        if lr_scheduler is not None and self._decaying(args, state):
+            factor = (max(provisional - state.global_step, 1) / provisional if self.restart
+                      else _current_factor(lr_scheduler))
+            redraw_linear_decay(lr_scheduler, factor, self.end_step)
+
+    def on_step_end(self, args, state, control, lr_scheduler=None, **kwargs):
+        now = self.clock()
+        timed = state.global_step - self._began_step
+        if timed >= MIN_TIMED_STEPS:
+            per_step = max(now - self._began_at - self._evaluation_total, 0.0) / timed
+            # An evaluation the Trainer makes at this very step (its flow callback asked for it before this one
+            # runs) is still to be paid for.
+            pending = self.evaluation_seconds if control.should_evaluate else 0.0
+            fit = steps_that_fit(self.deadline - now - pending, per_step, self.evaluation_seconds, args.eval_steps,
+                                 state.global_step)
+            self.end_step = min(state.global_step + fit, args.max_steps)
+            if lr_scheduler is not None and self._decaying(args, state):
+                redraw_linear_decay(lr_scheduler, _current_factor(lr_scheduler), max(self.end_step, state.global_step))
+        if state.global_step >= self.end_step or now >= self.deadline:
+            control.should_training_stop = control.should_evaluate = control.should_save = True
+        if control.should_evaluate:
+            self._evaluating_since = now
+
+    def _decaying(self, args, state) -> bool:
+        """Past the warm-up (a run from step 0 warms up as planned; a restart does not warm up again)."""
+        return self.restart or state.global_step >= args.warmup_steps
+
+    def on_save(self, args, state, control, **kwargs):
+        if self._evaluating_since:
+            self.evaluation_seconds = self.clock() - self._evaluating_since  # the latest: the machine's load moves
+            self._evaluation_total += self.evaluation_seconds
+            self._evaluating_since = 0.0
+
+
+def _current_factor(scheduler) -> float:
+    """The rate the scheduler set last, as a fraction of its base rate."""
+    return scheduler.get_last_lr()[0] / scheduler.base_lrs[0]
+
+
+def redraw_linear_decay(scheduler, factor: float, end_step: int) -> None:
+    """From the scheduler's current step on, the rate falls linearly from `factor` x its base rate to zero at
+    `end_step`. The optimizer's rate is set now too: the step the scheduler took last already set the old one."""
+    start = scheduler.last_epoch
+    span = max(end_step - start, 1)
+
+    def linear(step: int) -> float:
+        return factor * max(end_step - step, 0) / span
+
+    scheduler.lr_lambdas = [linear] * len(scheduler.lr_lambdas)
+    rates = [base * factor for base in scheduler.base_lrs]
+    for group, rate in zip(scheduler.optimizer.param_groups, rates):
+        group["lr"] = rate
+    scheduler._last_lr = rates  # what get_last_lr (the Trainer's logged learning_rate) reads
