@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any, Callable
 
 NUM_TRIALS = 6
 EVALS_PER_TRIAL = 6
@@ -203,3 +204,16 @@ def saved_checkpoints_of_running_trials(sweep_dir: Path) -> dict[Path, str]:
             if trial.status == "RUNNING" and trial.checkpoint and (trial.folder / trial.checkpoint).is_dir():
                 named[trial.folder] = trial.checkpoint
     return named
+
+
+def crash_when(process: subprocess.Popen, ready: Callable[[], Any], moment: str, timeout: float = 300) -> Any:
+    """Crash the sweep (crash_sweep) as soon as `ready()` returns something true, and return it; `moment` names it
+    for the failure when the sweep ends first or it never comes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found := ready():
+            crash_sweep(process)
+            return found
+        assert process.poll() is None, f"the sweep ended before {moment}"
+        time.sleep(0.3)
+    raise AssertionError(f"the sweep never reached {moment} in {timeout:g} s")

@@ -6,11 +6,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests import tiny
-from tests.sweeps import (crash_sweep, evaluation_steps, finesweep, one_model_sweep, run_tags,
+from tests.sweeps import (crash_when, evaluation_steps, finesweep, one_model_sweep, run_tags,
                           saved_checkpoints_of_running_trials)
 
 TRIALS, MAX_STEPS, EVERY = 3, 60, 5
@@ -25,17 +24,14 @@ def _lose_the_saved_checkpoint(folder: Path, checkpoint: str) -> None:
     (folder / checkpoint).rename(folder / f"checkpoint_{newest + 1:06d}")
 
 
-def _kill_when_mid_trial(process: subprocess.Popen, sweep_dir: Path, timeout: float = 300) -> dict[str, list[int]]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        seen = evaluation_steps(sweep_dir)
-        if any(3 <= len(steps) and steps[-1] < MAX_STEPS - 2 * EVERY for steps in seen.values()) and \
-                saved_checkpoints_of_running_trials(sweep_dir):
-            crash_sweep(process)
-            return seen
-        assert process.poll() is None, "the sweep ended before it could be interrupted"
-        time.sleep(0.3)
-    raise AssertionError("no trial reached its third evaluation in time")
+def _mid_trial(sweep_dir: Path) -> dict[str, list[int]] | None:
+    """The evaluation steps per trial run once a trial is past its third evaluation, not near its end, and Tune's
+    saved state names a checkpoint on disk."""
+    seen = evaluation_steps(sweep_dir)
+    if any(3 <= len(steps) and steps[-1] < MAX_STEPS - 2 * EVERY for steps in seen.values()) and \
+            saved_checkpoints_of_running_trials(sweep_dir):
+        return seen
+    return None
 
 
 def test_a_sweep_killed_mid_trial_resumes_without_rerunning_or_duplicating(tmp_path):
@@ -44,7 +40,7 @@ def test_a_sweep_killed_mid_trial_resumes_without_rerunning_or_duplicating(tmp_p
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"], cwd=tmp_path,
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    before = _kill_when_mid_trial(process, sweep_dir)
+    before = crash_when(process, lambda: _mid_trial(sweep_dir), "a trial's third evaluation")
     folder, checkpoint = next(iter(saved_checkpoints_of_running_trials(sweep_dir).items()))
     _lose_the_saved_checkpoint(folder, checkpoint)  # one trial also lost the checkpoint the saved state names
 
