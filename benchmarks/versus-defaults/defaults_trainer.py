@@ -1,0 +1,73 @@
+"""What a user runs instead of a sweep: transformers' Trainer with its defaults, on the benchmark's split files.
+
+TrainingArguments as they come (learning rate 5e-5, batch 8, linear decay, no warm-up, no weight decay, fp32), on
+the CPU with every core, no evaluation or checkpoint during training; then accuracy on the test split. run.py starts
+this script in a fresh process and times the process's whole life (imports and model load included), as a user's
+script would be timed:
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/versus-defaults/defaults_trainer.py DATA_DIR MODEL_DIR OUT_DIR --epochs 2
+
+Prints one JSON line last: test accuracy, training seconds, optimizer steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
+
+
+def read_split(path: Path) -> tuple[list[str], list[str]]:
+    """Texts and labels of one split file (run.py writes them fully quoted: tweets hold bare carriage returns)."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return [row["text"] for row in rows], [row["label"] for row in rows]
+
+
+def encode(tokenizer, path: Path, label_ids: dict[str, int], max_seq_len: int) -> Dataset:
+    texts, labels = read_split(path)
+    encoded = tokenizer(texts, truncation=True, max_length=max_seq_len)
+    return Dataset.from_dict({**encoded, "labels": [label_ids[label] for label in labels]})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("output_dir", type=Path)
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--max-steps", type=int, default=-1, help="Stop after this many steps (the smoke run).")
+    parser.add_argument("--max-seq-len", type=int, default=64)
+    args = parser.parse_args()
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    names = sorted(set(read_split(args.data_dir / "train.csv")[1]))
+    label_ids = {name: i for i, name in enumerate(names)}
+    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    train = encode(tokenizer, args.data_dir / "train.csv", label_ids, args.max_seq_len)
+    test = encode(tokenizer, args.data_dir / "test.csv", label_ids, args.max_seq_len)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        args.model_dir, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label_ids)
+    training = TrainingArguments(
+        output_dir=str(args.output_dir), num_train_epochs=args.epochs, max_steps=args.max_steps, use_cpu=True,
+        eval_strategy="no", save_strategy="no", report_to="none")
+    # processing_class=tokenizer: the default collator then pads each batch to its longest row.
+    trainer = Trainer(model=model, args=training, train_dataset=train, processing_class=tokenizer)
+    started = time.perf_counter()
+    trainer.train()
+    train_seconds = time.perf_counter() - started
+    predicted = trainer.predict(test)
+    accuracy = float((predicted.predictions.argmax(-1) == predicted.label_ids).mean())
+    print(json.dumps({"test_accuracy": round(accuracy, 4), "train_seconds": round(train_seconds, 1),
+                      "steps": trainer.state.global_step}))
+
+
+if __name__ == "__main__":
+    main()
