@@ -45,6 +45,7 @@ def _run(callback: FinishByDeadline, scheduler, args: Args, clock: Clock, start_
     while not control.should_training_stop:
         rates.append(scheduler.get_last_lr()[0])
         clock.now += STEP_SECONDS
+        scheduler.optimizer.step()  # the Trainer's order: the optimizer's step, then the scheduler's
         scheduler.step()
         state.global_step += 1
         control = TrainerControl()
@@ -91,6 +92,7 @@ def test_a_continuation_restarts_the_finished_schedule_where_a_longer_run_would_
     clock = Clock()
     scheduler = _scheduler(200)
     for _ in range(200):
+        scheduler.optimizer.step()
         scheduler.step()
     assert scheduler.get_last_lr()[0] == 0.0
     args = Args(max_steps=600 * OVERSHOOT)
@@ -105,6 +107,7 @@ def test_a_resumed_run_goes_on_from_its_own_rate():
     clock = Clock()
     scheduler = _scheduler(1000)
     for _ in range(300):
+        scheduler.optimizer.step()
         scheduler.step()
     before = scheduler.get_last_lr()[0]
     callback = FinishByDeadline(clock.now + 100, EVAL_SECONDS, clock=clock)
