@@ -344,7 +344,8 @@ def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep,
     test_split = data_module.load_tokenized(Path(data.tokenized[best.model]))["test"]
     result = export_best(config=config, checkpoint_dir=best.checkpoint_dir, tokenizer_source=best.checkpoint_dir,
                          test_split=test_split, collate=data_module.collator(tokenizer, config.data.task),
-                         best={**best.as_dict(), **({"exploitation": exploitation} if exploitation else {})}, out_dir=folder.export_dir(config), label_names=data.prepared.label_names,
+                         best={**best.as_dict(), **({"exploitation": exploitation} if exploitation else {})},
+                         out_dir=folder.export_dir(config), label_names=data.prepared.label_names,
                          log_file=folder.log_file, baseline=baseline.as_dict() if baseline else None,
                          search_warnings=edges)
     console.export_table(result)

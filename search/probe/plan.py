@@ -363,8 +363,8 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     plan.exploitation_seconds = search.exploit.seconds(search.time_budget_minutes)
     plan.search_seconds = RAY_START_SECONDS + plan.simulated.seconds + plan.exploitation_seconds
     if plan.exploitation_seconds:
-        plan.notes.append(f"the search's budget split: {time_budget:.0f} s for the trials, then {plan.exploitation_seconds:.0f} s "
-                          f"for the winner (search.exploit.share {search.exploit.share:g}, from its "
+        plan.notes.append(f"the search's budget split: {time_budget:.0f} s for the trials, then "
+                          f"{plan.exploitation_seconds:.0f} s for the winner (search.exploit.share {search.exploit.share:g}, from its "
                           f"{'best checkpoint' if search.exploit.start == 'checkpoint' else 'step 0'}, with every core)")
     return plan
 
