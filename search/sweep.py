@@ -16,6 +16,7 @@ from finesweep.search.outputs.console import Console
 from finesweep.search.probe.device import Device
 from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
+from finesweep.search.tuning import exploit
 from finesweep.search.selection.best import Best, baseline_of
 from finesweep.search.selection.deploy import CPU_PREFIX
 from finesweep.search.selection.edges import edge_warnings
@@ -199,8 +200,6 @@ def _exploit(session: Session, setup, winner: Best | None, results, explored: fl
     """The rest of the time budget to the search's winner (search/tuning/exploit.py): the better of its best
     checkpoint and its continuation's. The continuation is recorded in sweep-state.json before it starts, so a
     resume after a crash goes on with it."""
-    from finesweep.search.tuning import exploit
-
     if winner is None or not exploit.applies(session.config):
         return winner
     final, session.exploitation = exploit.continue_winner(
