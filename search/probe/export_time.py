@@ -1,7 +1,8 @@
 """The export's time, estimated before the search for the plan's predicted end: per exported variant its making,
-its test-split scoring at the probe's evaluation speed, its speed passes, and a causal LM's generated answers.
-Fixed costs the probe does not measure are taken from this project's runs (benchmarks/README.md compares the
-plan's predicted end with the real one). Pure: no model loaded.
+its test-split scoring at the probe's evaluation speed, its speed passes (as many as trainer/evaluate.py times at
+that speed), and a causal LM's generated answers; the baseline's test pass (and a causal LM's untuned base model's)
+once. Only the costs the probe cannot measure (loading and saving, the ONNX graph's writing) are fixed, taken from
+this project's runs; benchmarks/README.md compares the plan's predicted end with the real one. Pure: no model loaded.
 """
 
 from __future__ import annotations
@@ -9,26 +10,32 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from finesweep.spaces import SweepConfig
+from finesweep.trainer.evaluate import SPEED_BATCHES, SPEED_REPEATS, SPEED_ROWS, SPEED_SECONDS
+from finesweep.trainer.generate import DECODE_REPEATS, DECODE_TOKENS
 
 if TYPE_CHECKING:
     from finesweep.search.probe.plan import CombinationTimes
 
-EXPORT_FIXED_SECONDS = 15.0  # per exported variant: load, save, model card
+# Per exported variant: loading and saving it, the model card and the registry's entry (MiniLM: 1.5 s to load and
+# save on 2 cores, AVX-512; the rest of the export's bookkeeping about as much again).
+EXPORT_FIXED_SECONDS = 4.0
 # Test-split inference of a quantized variant against full precision: bitsandbytes' kernels are slower (measured
 # 1.8x for int8 on CPU, 4.2x int8 and 1.9x nf4 on an H100); torchao's int8 about as fast as full precision on CPU,
-# its GPU variants taken as fast as full precision until measured on a GPU. ONNX Runtime's int8 is faster than full
-# precision (2 to 4x at batch 1 on the examples).
+# its GPU variants taken as fast as full precision until measured on a GPU. ONNX Runtime's int8 scores the test
+# split in 0.69x full precision's time (MiniLM, batch 32, 2 cores, AVX-512).
 VARIANT_SLOWDOWN = {"none": 1.0, "int8": 2.0, "nf4": 2.0, "torchao-int8": 1.0, "torchao-int4": 1.0, "torchao-fp8": 1.0,
-                    "onnx-int8": 0.5}
+                    "onnx-int8": 0.7}
 # Writing the ONNX graph (torch's exporter; for a causal LM, generate's capture with the key/value cache) and
-# quantizing it, by task: measured on the examples on 2 cores (MiniLM 12 s; SmolLM2-135M, 30 layers, 180 s).
-ONNX_EXPORT_SECONDS = {"classification": 15.0, "causal_lm": 180.0}
-# Each variant's speed passes (batch 1 and 32, up to 8 s of timing each after an untimed pass; a causal LM's greedy
-# decoding too), measured on the examples.
-SPEED_PASS_SECONDS = {"classification": 15.0, "causal_lm": 40.0}
+# quantizing it, by task, on 2 cores: MiniLM 6 s (AVX-512) to 12 s (AVX2); SmolLM2-135M, 30 layers, 180 s (AVX2).
+ONNX_EXPORT_SECONDS = {"classification": 8.0, "causal_lm": 180.0}
+# A row at batch 1 (latency-bound) against a row of a batched pass: 1.26 measured on MiniLM, full precision.
+BATCH1_COST = 1.5
 # One generated token (batch 1, cached keys and values) against one token of a batched forward pass: a decode step
 # is latency-bound, so it costs several tokens' worth of a batched forward (7 measured on SmolLM2-135M, CPU).
 DECODE_TOKEN_COST = 8.0
+# The speed passes of a variant timed on a CPU the probe never measured (a GPU machine times every variant on its
+# CPU too): each of its shapes at most SPEED_SECONDS of timing after an untimed pass, taken as that bound.
+CPU_TIMING_SECONDS = 3 * SPEED_SECONDS
 # A CPU export scores with every core, the probe timed a trial's cpus_per_trial: speed grows with the ratio (2.05x
 # from 1 to 2 threads, the quickstart's MiniLM) up to this many times (small matrices stop feeding more threads).
 EXPORT_THREADS_CAP = 4.0
@@ -38,20 +45,51 @@ def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], te
                    timed_on_cpu_too: bool = False, thread_ratio: float = 1.0) -> float:
     """The export's estimate: each variant is made (the ONNX one exported), scores the test split (at the fastest
     measured evaluation speed: the export evaluates a plain model, a LoRA winner merged into its base; slowed or sped
-    by the variant's kernels), is timed (`timed_on_cpu_too`, a machine with CUDA: twice, there and on the CPU) and,
-    for a causal LM, generates its answers one token at a time. `thread_ratio`: the export's threads over a trial's."""
+    by the variant's kernels), is timed (`timed_on_cpu_too`, a machine with CUDA: there and on the CPU) and, for a
+    causal LM, generates its answers one token at a time; the baseline is scored once beside them.
+    `thread_ratio`: the export's threads over a trial's."""
     variants = ["none"] + [q.value for q in config.export.quantization if q.value != "none"]
     eval_speed = max(c.eval_samples_per_second for c in combinations) * min(max(thread_ratio, 1.0), EXPORT_THREADS_CAP)
-    seconds = 0.0
+    row_seconds = 1.0 / eval_speed
     task = config.data.task.value
+    seconds = _reference_passes(config, test_rows * row_seconds)
     for variant in variants:
         slowdown = VARIANT_SLOWDOWN.get(variant, 2.0)
-        seconds += EXPORT_FIXED_SECONDS + SPEED_PASS_SECONDS[task] * (1 + timed_on_cpu_too) + slowdown * test_rows / eval_speed
+        seconds += EXPORT_FIXED_SECONDS + slowdown * (test_rows * row_seconds + speed_pass_seconds(row_seconds, seq_len, task))
+        seconds += CPU_TIMING_SECONDS * timed_on_cpu_too
         if variant == "onnx-int8":
             seconds += ONNX_EXPORT_SECONDS[task]
         if task == "causal_lm":
             answers = min(config.export.generation_samples, test_rows)
             new_tokens = seq_len // 2  # a reply is about half a row
-            token_seconds = DECODE_TOKEN_COST / (eval_speed * seq_len)
-            seconds += slowdown * answers * new_tokens * token_seconds
+            seconds += slowdown * answers * new_tokens * _token_seconds(row_seconds, seq_len)
     return seconds
+
+
+def speed_pass_seconds(row_seconds: float, seq_len: int, task: str) -> float:
+    """trainer/evaluate.py's serving speed (SPEED_ROWS rows at batch 1, SPEED_BATCHES batches of 32) and a causal
+    LM's decoding speed (DECODE_TOKENS tokens), each run once untimed and then until its timing budget is spent."""
+    seconds = (_timed(SPEED_ROWS * BATCH1_COST * row_seconds, SPEED_REPEATS)
+               + _timed(SPEED_BATCHES * 32 * row_seconds, SPEED_REPEATS))
+    if task == "causal_lm":
+        seconds += _timed(DECODE_TOKENS * _token_seconds(row_seconds, seq_len), DECODE_REPEATS)
+    return seconds
+
+
+def _timed(one_pass: float, repeats: int) -> float:
+    """evaluate.median_seconds' cost: an untimed pass, then timed ones until `repeats` or SPEED_SECONDS of them."""
+    timed = min(repeats, max(1, -(-SPEED_SECONDS // one_pass))) if one_pass > 0 else 0
+    return one_pass * (1 + timed)
+
+
+def _token_seconds(row_seconds: float, seq_len: int) -> float:
+    return DECODE_TOKEN_COST * row_seconds / seq_len
+
+
+def _reference_passes(config: SweepConfig, test_pass_seconds: float) -> float:
+    """The baseline trial's checkpoint scored on the test split (search.baseline; a grid search runs none), and a
+    causal LM's untuned base model too: full-precision passes beside the variants'."""
+    if config.search.baseline == "off" or config.search.algorithm == "grid":
+        return 0.0
+    passes = 2 if config.data.task.value == "causal_lm" else 1
+    return passes * (EXPORT_FIXED_SECONDS + test_pass_seconds)

@@ -14,6 +14,7 @@ from finesweep.search.probe.table import ProbeResult
 from finesweep.search.tuning import ray_compat
 from finesweep.spaces import SweepConfig, Task
 from finesweep.trainer.data.lengths import percentiles
+from finesweep.trainer.evaluate import SPEED_SECONDS
 
 START = planning.TRIAL_START_SECONDS
 
@@ -157,9 +158,12 @@ def test_a_sweep_without_budget_keeps_its_length_and_trials_and_predicts_their_t
     assert plan.trial_steps(big) == 400 and plan.trial_seconds(big) == pytest.approx(START + 8 * (50 + 2.0))
     assert 0 < plan.simulated.stopped_early < 10 and plan.simulated.completed >= 1
     assert plan.search_seconds < 10 * plan.trial_seconds(big) / 2  # ASHA stops some trials early, two run at once
+    # Full precision and int8, each made, scoring 40 test rows at 40 rows/s and timed at that speed; the baseline's
+    # checkpoint scored once beside them.
     int8 = export_time.VARIANT_SLOWDOWN["int8"]
-    per_variant = export_time.EXPORT_FIXED_SECONDS + export_time.SPEED_PASS_SECONDS["classification"]
-    assert plan.export_seconds == pytest.approx(2 * per_variant + (1 + int8) * 40 / 40.0)
+    per_variant = 40 / 40.0 + export_time.speed_pass_seconds(1 / 40.0, 64, "classification")
+    baseline = export_time.EXPORT_FIXED_SECONDS + 40 / 40.0
+    assert plan.export_seconds == pytest.approx(2 * export_time.EXPORT_FIXED_SECONDS + (1 + int8) * per_variant + baseline)
 
 
 def test_a_time_budget_allots_each_combination_the_same_seconds_and_counts_the_trials_that_start():
@@ -289,7 +293,31 @@ def test_an_export_on_a_gpu_machine_counts_the_cpu_timing_pass_of_every_variant(
     config = _config()  # full precision and int8
     on_cpu = export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
     on_gpu = export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64, timed_on_cpu_too=True)
-    assert on_gpu - on_cpu == pytest.approx(2 * export_time.SPEED_PASS_SECONDS["classification"])
+    assert on_gpu - on_cpu == pytest.approx(2 * export_time.CPU_TIMING_SECONDS)
+
+
+def test_the_exports_speed_passes_follow_the_measured_speed_within_their_timing_budget():
+    """A fast model's passes cost a second; a slow one's stop once SPEED_SECONDS of each shape were timed."""
+    fast = export_time.speed_pass_seconds(1 / 300.0, 64, "classification")
+    slow = export_time.speed_pass_seconds(1 / 2.0, 64, "classification")
+    assert fast < 1.5 < slow
+    # each shape: one untimed pass, then timed passes until their sum reaches SPEED_SECONDS (the last may overrun)
+    batch32 = 32 / 2.0
+    assert slow <= 2 * (SPEED_SECONDS + 2 * batch32)
+    llm = export_time.speed_pass_seconds(1 / 300.0, 64, "causal_lm")
+    assert llm > fast  # decoding is timed too
+
+
+def test_the_baseline_adds_one_test_pass_to_the_export_and_a_causal_lms_untuned_base_another():
+    def export(task: str, baseline: str) -> float:
+        config = _config(baseline=baseline)
+        config = config.model_copy(update={"data": config.data.model_copy(update={"task": Task(task)}),
+                                           "export": config.export.model_copy(update={"generation_samples": 0})})
+        return export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
+
+    one_pass = export_time.EXPORT_FIXED_SECONDS + 40 / 1.0
+    assert export("classification", "auto") - export("classification", "off") == pytest.approx(one_pass)
+    assert export("causal_lm", "auto") - export("causal_lm", "off") == pytest.approx(2 * one_pass)
 
 
 def test_a_cpu_export_scores_the_test_split_with_every_core_where_the_probe_timed_one_trials():
