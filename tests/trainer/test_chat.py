@@ -1,5 +1,6 @@
-"""Chat data: conversations read from messages or prompt/response(/system) columns, rendered with the model's chat
-template or as plain text, the loss on the assistant turns only (checked token by token), and the clear errors."""
+"""Chat data: conversations read from messages or prompt/response(/system) columns (ShareGPT and Alpaca files:
+test_chat_formats.py), rendered with the model's chat template or as plain text, the loss on the assistant turns only
+(checked token by token), and the clear errors."""
 
 from __future__ import annotations
 
@@ -129,7 +130,8 @@ def test_bad_conversations_are_clear_errors_naming_the_line(tmp_path, messages, 
 
 def test_a_file_with_neither_prompt_nor_messages_names_both(tmp_path):
     path = tiny.write_jsonl(tmp_path / "d.jsonl", [{"question": "q", "answer": "a"}] * 4)
-    with pytest.raises(DataError, match=r"no column 'prompt' \(data.prompt_column\) \(or a 'messages' column of conversations"):
+    with pytest.raises(DataError, match=r"no chat format fits the columns \['question', 'answer'\].*'messages' "
+                                        r"\(data.messages_column\).*'prompt' \(data.prompt_column\)"):
         data.prepare(_config(path), 0, tmp_path / "cache")
 
 

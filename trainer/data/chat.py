@@ -1,10 +1,10 @@
 """Conversations for causal_lm: read from rows, rendered as text with the loss on the assistant turns only.
 
 Every causal_lm example is a conversation, a list of {role, content} messages (system, user, assistant):
-a `messages` cell as OpenAI's chat format writes it, or prompt/response columns (and an optional system
-column) turned into one. It is rendered either with a chat template (the model's own, or a Jinja file) or as
-plain text, and `render` returns the character spans of the assistant turns, which tokenizing turns into the
-label mask: the model learns to answer, not to write the questions.
+a `messages` cell as OpenAI's chat format writes it, or a ShareGPT cell, Alpaca's or prompt/response columns
+turned into one (chat_formats.py reads each). It is rendered either with a chat template (the model's own, or a
+Jinja file) or as plain text, and `render` returns the character spans of the assistant turns, which tokenizing
+turns into the label mask: the model learns to answer, not to write the questions.
 
 Plain text is the format finesweep used before chat templates: each message's content on its own line and
 each assistant reply ended by the tokenizer's end-of-sequence token ("prompt\\nresponse<eos>" for one turn).
@@ -13,7 +13,7 @@ each assistant reply ended by the tokenizer's end-of-sequence token ("prompt\\nr
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,40 +29,56 @@ Message = dict[str, str]
 Span = tuple[int, int]
 
 
-def conversation_from_cell(value: Any, where: str, column: str) -> list[Message]:
+def conversation_from_cell(value: Any, where: str, column: str,
+                           roles: Mapping[str, str] | None = None) -> list[Message]:
     """A `messages` cell (a list of {role, content}, or its JSON text as CSV holds it) as a checked conversation.
 
-    Messages after the last assistant turn are left out: they would carry no loss, only tokens."""
+    roles: further role names (lower case) and the role each is (data.roles); messages after the last assistant
+    turn are left out."""
+    items = list_from_cell(value, where, column, "[{\"role\": \"user\", \"content\": ...}, "
+                           "{\"role\": \"assistant\", \"content\": ...}] (OpenAI's chat format)")
+    return through_last_reply([_message(item, where, column, i, roles or {}) for i, item in enumerate(items)], where)
+
+
+def list_from_cell(value: Any, where: str, column: str, shape: str) -> list[Any]:
+    """A cell holding a list of turns, or its JSON text (CSV holds only text); shape: how a conversation is written."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError as error:
             raise DataError(f"{where}: column '{column}' is not a JSON list of messages ({error.msg}): "
-                            f"{value[:80]!r}. Write each conversation as [{{\"role\": \"user\", \"content\": ...}}, "
-                            "{\"role\": \"assistant\", \"content\": ...}].") from None
+                            f"{value[:80]!r}. Write each conversation as {shape}.") from None
     if not isinstance(value, list):
         raise DataError(f"{where}: column '{column}' holds {type(value).__name__}, not a list of messages. Write each "
-                        "conversation as a list of {role, content} objects (OpenAI's chat format).")
-    messages = [_message(item, where, column, i) for i, item in enumerate(value)]
+                        f"conversation as {shape}.")
+    return value
+
+
+def through_last_reply(messages: list[Message], where: str) -> list[Message]:
+    """The conversation up to its last assistant turn: later turns would carry no loss, only tokens."""
     last = max((i for i, m in enumerate(messages) if m["role"] == ASSISTANT), default=None)
     if last is None:
         roles = [m["role"] for m in messages]
         raise DataError(f"{where}: a conversation with no assistant turn (roles {roles}); the loss is on the assistant's "
-                        "replies, so there is nothing to learn from it. Fix: add the reply as "
-                        "{\"role\": \"assistant\", \"content\": ...}, or remove the row.")
+                        "replies, so there is nothing to learn from it. Fix: add the reply as an assistant turn, or "
+                        "remove the row.")
     return messages[: last + 1]
 
 
-def _message(item: Any, where: str, column: str, index: int) -> Message:
+def _message(item: Any, where: str, column: str, index: int, roles: Mapping[str, str]) -> Message:
     if not isinstance(item, dict) or "role" not in item or "content" not in item:
         raise DataError(f"{where}: message {index} of column '{column}' is {str(item)[:80]!r}, not an object with "
                         "`role` and `content`. Write each message as {\"role\": ..., \"content\": ...}.")
-    role = item["role"]
+    role = roles.get(str(item["role"]).lower(), item["role"])
     if role not in ROLES:
         raise DataError(f"{where}: message {index} of column '{column}' has role {role!r}; finesweep reads the roles "
-                        f"{', '.join(ROLES)} (OpenAI's chat format). Fix: rename the role (ShareGPT's human and gpt "
-                        "are user and assistant).")
-    content = item["content"]
+                        f"{', '.join(ROLES)} (OpenAI's chat format). Fix: rename the role, or say what it is in the "
+                        f"sweep file, e.g. data.roles: {{{role}: user}} (user, assistant or system).")
+    return message(role, item["content"])
+
+
+def message(role: str, content: Any) -> Message:
+    """One turn, its content as stripped text (None, a missing value, is empty)."""
     return {"role": role, "content": "" if content is None else str(content).strip()}
 
 

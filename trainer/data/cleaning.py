@@ -1,8 +1,9 @@
 """Cleaning rules: each one configurable in DataConfig and each counted, with a few examples, in the report.
 
 Rows are reduced to (text, label) pairs, or for causal_lm (conversation before the last reply, last reply)
-pairs (the conversation kept as JSON text, see chat.py), as they stream in; duplicate and conflict
-rules keep 16-byte digests rather than the texts, so a million rows cost little beyond the pairs themselves.
+pairs (the conversation, read from any of chat_formats.py's formats, kept as JSON text), as they stream in;
+duplicate and conflict rules keep 16-byte digests rather than the texts, so a million rows cost little beyond the
+pairs themselves.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import hashlib
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from finesweep.spaces.config import DataConfig, Task
-from finesweep.trainer.data import chat
-from finesweep.trainer.data.readers import EXAMPLE_CHARS, DataError, Row, Source
+from finesweep.trainer.data import chat, chat_formats
+from finesweep.trainer.data.readers import EXAMPLE_CHARS, DataError, Row, Source, cell_text
 
 EXAMPLES_KEPT = 3
 Pair = tuple[str, str]
@@ -54,39 +55,17 @@ class Drops:
             kept.append(_example(pair))
 
 
-def columns(config: DataConfig) -> tuple[str, str]:
-    if config.task == Task.classification:
-        return config.text_column, config.label_column
-    return config.prompt_column, config.response_column
-
-
-def reads_conversations(config: DataConfig, row: Row) -> bool:
-    """causal_lm rows are conversations when the file has the messages column and no prompt column."""
-    return config.task == Task.causal_lm and config.messages_column in row and config.prompt_column not in row
-
-
 def check_columns(config: DataConfig, source: Source, row: Row) -> None:
-    if reads_conversations(config, row):
-        return
+    """A classification file's text and label columns (causal_lm's are chat_formats.detect's)."""
     present = list(row)
-    keys = ("text", "label") if config.task == Task.classification else ("prompt", "response")
-    named = dict(zip(keys, columns(config)))
-    if config.task == Task.causal_lm and config.system_column:
-        named["system"] = config.system_column
-    for key, column in named.items():
+    for key, column in (("text", config.text_column), ("label", config.label_column)):
         if column not in present:
             close = difflib.get_close_matches(column, present, n=1, cutoff=0.4)
             hint = f"did you mean '{close[0]}'? " if close else ""
-            other = (f" (or a '{config.messages_column}' column of conversations, data.messages_column)"
-                     if config.task == Task.causal_lm else "")
             raise DataError(
-                f"{source.name}: no column '{column}' (data.{key}_column){other}; the file has columns {present}. "
+                f"{source.name}: no column '{column}' (data.{key}_column); the file has columns {present}. "
                 f"{hint}Set data.{key}_column in the sweep file to the right name."
             )
-
-
-def _cell(value: Any) -> str:
-    return "" if value is None else str(value).strip()
 
 
 class _LabelTypes:
@@ -114,42 +93,45 @@ class _LabelTypes:
             )
 
 
-def read_pairs(config: DataConfig, source: Source, rows: Iterable[tuple[int, Row]], drops: Drops) -> tuple[list[Pair], int]:
-    """The non-empty pairs with an allowed label, and the number of rows read."""
-    first, second = columns(config)
+class Read(NamedTuple):
+    """What read_pairs got from one source."""
+
+    pairs: list[Pair]
+    rows_in: int
+    chat_format: str | None  # causal_lm: the format the rows were read as (chat_formats.FORMATS)
+
+
+def read_pairs(config: DataConfig, source: Source, rows: Iterable[tuple[int, Row]], drops: Drops) -> Read:
+    """The non-empty pairs with an allowed label, the number of rows read, and (causal_lm) their chat format."""
+    first, second = config.text_column, config.label_column
     types = _LabelTypes(source, second) if config.task == Task.classification else None
     allowed = set(config.allowed_labels) if config.allowed_labels else None
     pairs: list[Pair] = []
-    rows_in, conversations = 0, False
+    rows_in, fmt, to_conversation = 0, None, None
     for position, row in rows:
-        if rows_in == 0:
+        if rows_in == 0 and config.task == Task.causal_lm:
+            fmt = chat_formats.detect(config, source, row)
+            to_conversation = chat_formats.reader(config, fmt)
+        elif rows_in == 0:
             check_columns(config, source, row)
-            conversations = reads_conversations(config, row)
         rows_in += 1
         if types is not None:
             types.check(position, row.get(second))
-        if config.task == Task.causal_lm:
-            pair = _conversation_pair(config, source, position, row, conversations)
+        if to_conversation is not None:
+            pair = _conversation_pair(to_conversation(row, f"{source.name}: {source.where(position)}"))
         else:
-            pair = (_cell(row.get(first)), _cell(row.get(second)))
+            pair = (cell_text(row.get(first)), cell_text(row.get(second)))
         if not (pair[0] and pair[1]):
             drops.add("empty", pair)
         elif allowed is not None and pair[1] not in allowed:
             drops.add("label_not_allowed", pair)
         else:
             pairs.append(pair)
-    return pairs, rows_in
+    return Read(pairs, rows_in, fmt)
 
 
-def _conversation_pair(config: DataConfig, source: Source, position: int, row: Row, conversations: bool) -> Pair:
+def _conversation_pair(messages: list[chat.Message]) -> Pair:
     """(the conversation before its last reply as JSON, the last reply); empty parts stay empty for the empty rule."""
-    if conversations:
-        messages = chat.conversation_from_cell(row.get(config.messages_column), f"{source.name}: {source.where(position)}",
-                                               config.messages_column)
-    else:
-        system = _cell(row.get(config.system_column)) if config.system_column else None
-        messages = chat.conversation_from_columns(_cell(row.get(config.prompt_column)),
-                                                  _cell(row.get(config.response_column)), system)
     context, reply = messages[:-1], messages[-1]["content"]
     has_question = any(m["content"] for m in context if m["role"] == "user")
     return (chat.to_cell(context) if has_question else "", reply)

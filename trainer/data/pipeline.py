@@ -17,13 +17,13 @@ from typing import Any
 
 from finesweep.spaces.config import DataConfig, Task
 from finesweep.spaces.files import write_json_atomic
-from finesweep.trainer.data.cleaning import Drops, Pair, clean, drop_rare_classes, read_pairs
+from finesweep.trainer.data.cleaning import Drops, Pair, Read, clean, drop_rare_classes, read_pairs
 from finesweep.trainer.data.readers import DataError, Source, detect_format, iter_rows, saved_splits
 from finesweep.trainer.data.splitting import SPLITS, drop_leaked, label_names, split, split_sizes, to_dataset
 from finesweep.trainer.data.tokenizing import publish, tokenize_summary
 
 # Bump when reading, cleaning or splitting changes, so old cache entries are never reused.
-CACHE_VERSION = "data-v3"  # v3: causal_lm rows are conversations (one messages column)
+CACHE_VERSION = "data-v4"  # v4: causal_lm reads ShareGPT and Alpaca too; the report names the chat format
 REPORT_FILE = "report.json"
 PLOT_FILE = "lengths.png"
 
@@ -41,12 +41,15 @@ class DataReport:
     label_names: list[str] | None
     pre_split: bool = False
     tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
+    chat_format: str | None = None  # causal_lm: how the rows held conversations ("train=..., test=..." if they differ)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def render(self) -> str:
         lines = [f"data: {self.source}" + (" (pre-split)" if self.pre_split else ""), f"  rows read: {self.rows_in}"]
+        if self.chat_format:
+            lines.append(f"  chat format: {self.chat_format}")
         for rule, count in self.dropped.items():
             examples = "; ".join(repr(e) for e in self.dropped_examples.get(rule, []))
             lines.append(f"  dropped {count} ({rule})" + (f", e.g. {examples}" if examples else ""))
@@ -105,11 +108,18 @@ def sources(config: DataConfig) -> dict[str | None, Source]:
     )
 
 
-def _read(config: DataConfig, source: Source, drops: Drops) -> tuple[list[Pair], int]:
-    pairs, rows_in = read_pairs(config, source, iter_rows(source, config.encoding), drops)
-    if rows_in == 0:
+def _read(config: DataConfig, source: Source, drops: Drops) -> Read:
+    read = read_pairs(config, source, iter_rows(source, config.encoding), drops)
+    if read.rows_in == 0:
         raise DataError(f"{source.name}: the file has no data rows (only a header, or nothing); add examples, one per row.")
-    return clean(config, pairs, drops), rows_in
+    return read._replace(pairs=clean(config, read.pairs, drops))
+
+
+def _chat_format(formats: dict[str | None, str | None]) -> str | None:
+    """The one format every source was read as, or each source's when pre-split files differ."""
+    if len(set(formats.values())) <= 1:
+        return next(iter(formats.values()), None)
+    return ", ".join(f"{name}={fmt}" for name, fmt in formats.items())
 
 
 def _hint(drops: Drops) -> str:
@@ -141,10 +151,11 @@ def _label_counts(parts: dict[str, list[Pair]], names: list[str] | None) -> dict
 def _build(config: DataConfig, seed: int, found: dict[str | None, Source], folder: Path) -> DataReport:
     from datasets import DatasetDict
 
-    drops, parts, rows_in = Drops(), {}, 0
+    drops, parts, formats, rows_in = Drops(), {}, {}, 0
     for name, source in found.items():
-        parts[name], count = _read(config, source, drops)
-        rows_in += count
+        read = _read(config, source, drops)
+        parts[name], formats[name] = read.pairs, read.chat_format
+        rows_in += read.rows_in
     if None in parts:
         parts, names = _split_one(config, parts.pop(None), drops, seed)
     else:
@@ -155,6 +166,7 @@ def _build(config: DataConfig, seed: int, found: dict[str | None, Source], folde
         source=", ".join(f"{k}={s.name}" if k else s.name for k, s in found.items()), rows_in=rows_in,
         dropped=drops.counts, dropped_examples=drops.examples, splits={k: len(parts[k]) for k in SPLITS},
         label_counts=_label_counts(parts, names), label_names=names, pre_split=None not in found,
+        chat_format=_chat_format(formats),
     )
     write_json_atomic(folder / REPORT_FILE, report.to_dict())
     return report

@@ -24,6 +24,11 @@ csv.field_size_limit(1 << 30)  # long documents are legitimate inputs, not a rea
 Row = dict[str, Any]
 
 
+def cell_text(value: Any) -> str:
+    """A cell as stripped text; None (a missing value) is empty."""
+    return "" if value is None else str(value).strip()
+
+
 class DataError(ValueError):
     """User-facing: one paragraph naming the file, the column or line, the rule, what was found, and the fix."""
 
