@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from finesweep.spaces.units import parse_duration
+
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 # data.chat_template values that name no file: any other value is a Jinja template file
@@ -169,8 +171,23 @@ class FloatRange(_Section):
         return self
 
 
+# space.learning_rate where the sweep file leaves it out, by method; a space of several takes their union.
+# Full fine-tuning: centred on the Trainer's 5e-5, spanning BERT's grid {2e-5, 3e-5, 5e-5} (Devlin et al. 2019,
+# appendix A.3) with room above it for small distilled encoders (the tweets example's MiniLM wins at 1e-4).
+# LoRA and QLoRA: centred on 2e-4, QLoRA's rate for 7B-13B models and peft's examples' (Dettmers et al. 2023,
+# appendix B), spanning LoRA's 4e-4 and 5e-4 for RoBERTa-base (Hu et al. 2021, appendix D) and QLoRA's 1e-4 for
+# its largest models.
+DEFAULT_LEARNING_RATES = {"full": (1e-5, 2e-4), "lora": (5e-5, 1e-3), "qlora": (5e-5, 1e-3)}
+
+
+def default_learning_rate(methods: list[str]) -> FloatRange:
+    """The log-uniform range that covers every method's DEFAULT_LEARNING_RATES (full fine-tuning's when none)."""
+    ranges = [DEFAULT_LEARNING_RATES[m] for m in methods if m in DEFAULT_LEARNING_RATES] or [DEFAULT_LEARNING_RATES["full"]]
+    return FloatRange(low=min(low for low, _ in ranges), high=max(high for _, high in ranges), log=True)
+
+
 def _default_lr() -> FloatRange:
-    return FloatRange(low=1e-5, high=3e-4, log=True)
+    return default_learning_rate(["full"])
 
 
 FloatDim = Annotated[float | FloatRange, Field(union_mode="left_to_right")]
@@ -179,7 +196,7 @@ FloatDim = Annotated[float | FloatRange, Field(union_mode="left_to_right")]
 class SpaceConfig(_Section):
     """The search space. A list is a categorical choice; {low, high} a range; a plain value is fixed."""
 
-    learning_rate: FloatDim = Field(default_factory=_default_lr, description="Peak learning rate (log-uniform range by default).")
+    learning_rate: FloatDim = Field(default_factory=_default_lr, description="Peak learning rate. Unset = a log-uniform range by method (full: 1e-5..2e-4, around the Trainer's 5e-5 and BERT's 2e-5..5e-5; lora, qlora: 5e-5..1e-3, around QLoRA's and peft's 2e-4; several methods: their union; sources in spaces/config.py).")
     effective_batch_size: list[Annotated[int, Field(ge=1)]] = Field([16, 32], min_length=1, description="Samples per optimizer step; the probe picks the micro-batch.")
     precision: list[Precision] = Field([Precision.fp32, Precision.bf16], min_length=1, description="Training precisions to try.")
     model: list[str] | None = Field(None, description="Candidate names to try; unset = every entry of `models`.")
@@ -189,6 +206,16 @@ class SpaceConfig(_Section):
     lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
     warmup_ratio: FloatDim = Field(0.06, description="Fraction of max_steps spent warming up.")
     weight_decay: FloatDim = Field(0.01, description="AdamW weight decay.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _learning_rate_by_method(cls, data: Any) -> Any:
+        """A space without learning_rate searches its methods' default range (a bad method is the field's error)."""
+        if not isinstance(data, dict) or "learning_rate" in data:
+            return data
+        methods = data.get("method", [Method.full])
+        names = [getattr(m, "value", m) for m in methods] if isinstance(methods, list) else []
+        return {**data, "learning_rate": default_learning_rate(names)}
 
     def point_problem(self, point: dict[str, Any], models: list[str]) -> str | None:
         """Why `point` is not a point of this space (None when it is)."""
@@ -266,6 +293,7 @@ class SearchConfig(_Section):
     eval_every_steps: int = Field(50, ge=1, description="Optimizer steps between evaluations (each one reported to ASHA and MLflow).")
     max_steps: int = Field(200, ge=1, description="Optimizer steps per trial at most.")
     time_budget_minutes: float | None = Field(None, gt=0, description="Wall-clock budget of the search: the trials, then the winner trained further (search.exploit.share of it); when the trials' share ends, running trials stop and their evaluations so far count; the winner's training ends with the budget, and the export goes on.")
+    time_limit: str | None = Field(None, description="Wall-clock limit of the whole `finesweep run` (data, probe, search, the winner's further training, export), e.g. 600s, 10m, 1.5h (`run --time-limit` sets it): the plan gives the search what the data, the probe and the export's predicted time leave, and says so before anything trains. Replaces time_budget_minutes (set one).")
     step_budget: int | None = Field(None, ge=1, description="Training steps of all trials together; when they are spent, running trials stop, their evaluations so far count, and the export goes on.")
     fit_to_budget: bool = Field(True, description="With time_budget_minutes or step_budget: fit the trials to the budget (the plan `finesweep plan` prints). A time budget that cannot pay for every combination's max_steps allots each trial evaluation periods of equal seconds, as many as a trial started first fits in the budget (a slower combination trains fewer steps in them); a step budget shortens the trials to what it pays for; num_trials is capped at the trials that can start. false: max_steps and num_trials as written; the budget then cuts what runs when it ends.")
     keep_checkpoints: int = Field(2, ge=1, description="Best checkpoints each trial keeps on disk.")
@@ -283,6 +311,26 @@ class SearchConfig(_Section):
         if not self.time_budget_minutes:
             return None
         return self.time_budget_minutes * 60 - self.exploit.seconds(self.time_budget_minutes)
+
+    @property
+    def time_limit_seconds(self) -> float | None:
+        return parse_duration(self.time_limit) if self.time_limit else None
+
+    @field_validator("time_limit")
+    @classmethod
+    def _a_duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_time_bound(self) -> "SearchConfig":
+        if self.time_limit and self.time_budget_minutes:
+            raise ValueError(
+                f"time_limit ({self.time_limit}) bounds the whole command and gives the search what is left, and "
+                f"time_budget_minutes ({self.time_budget_minutes:g}) bounds the search alone; set one of them"
+            )
+        return self
 
     @model_validator(mode="after")
     def _pick_rule_fits(self) -> "SearchConfig":

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from finesweep.spaces import SweepConfig, SweepFileError, json_schema, load, resolve_path, suggest
-from finesweep.spaces.config import Method, SpaceConfig
+from finesweep.spaces.config import FloatRange, Method, SpaceConfig
+from finesweep.spaces.space import centre_point
 from finesweep.spaces.units import parse_bytes
 from tests import tiny
 
@@ -129,10 +130,28 @@ def test_define_by_run_space_samples_lora_dimensions_only_for_lora():
         fixed = suggest(trial, space, ["a", "b"], ["fp32"])
         seen[trial.params["method"]] += 1
         assert ("lora_r" in trial.params) == (trial.params["method"] == "lora")
-        assert 1e-5 <= trial.params["learning_rate"] <= 3e-4
+        assert 1e-5 <= trial.params["learning_rate"] <= 1e-3  # full's default range and LoRA's, together
         assert fixed == {"warmup_ratio": space.warmup_ratio, "weight_decay": space.weight_decay}
         study.tell(trial, 0.0)
     assert seen["full"] and seen["lora"]
+
+
+@pytest.mark.parametrize("methods,low,high,centre", [
+    ([], 1e-5, 2e-4, 4.5e-5), (["full"], 1e-5, 2e-4, 4.5e-5), (["lora"], 5e-5, 1e-3, 2.2e-4),
+    (["qlora", "lora"], 5e-5, 1e-3, 2.2e-4), (["full", "qlora"], 1e-5, 1e-3, 1e-4),
+])
+def test_a_space_without_learning_rate_searches_its_methods_default_range(methods, low, high, centre):
+    space = SpaceConfig.model_validate({"method": methods} if methods else {})
+    assert space.learning_rate == FloatRange(low=low, high=high, log=True)
+    # the centre, where TPE's first sampled trial goes: the Trainer's 5e-5 for full fine-tuning, peft's 2e-4 for LoRA
+    assert centre_point(space)["learning_rate"] == pytest.approx(centre, rel=0.02)
+
+
+def test_a_learning_rate_the_user_sets_is_kept_and_dumped_as_resolved():
+    space = SpaceConfig.model_validate({"method": ["lora"], "learning_rate": 1e-4})
+    assert space.learning_rate == 1e-4
+    again = SpaceConfig.model_validate(SpaceConfig.model_validate({"method": ["lora"]}).model_dump(mode="json"))
+    assert again.learning_rate == FloatRange(low=5e-5, high=1e-3, log=True)
 
 
 @pytest.mark.parametrize("text,expected", [("6GiB", 6 * 2**30), ("500MB", 500 * 10**6), ("1.5 GiB", int(1.5 * 2**30)), ("1024", 1024)])
@@ -165,7 +184,7 @@ def test_initial_points_must_lie_in_the_space(tmp_path):
         load(write(tmp_path, bad))
     text = str(caught.value)
     assert "search.initial_points[0]: model='other' is not among the space's choices ['m']" in text
-    assert "search.initial_points[1]: learning_rate=1.0 lies outside the space's range [1e-05, 0.0003]" in text
+    assert "search.initial_points[1]: learning_rate=1.0 lies outside the space's range [1e-05, 0.0002]" in text
     assert "search.initial_points[2]: unknown dimension `colour`" in text
     assert "search.initial_points[3]: warmup_ratio is fixed at 0.06" in text
 
