@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,8 @@ USER_ERROR_EXIT = 2
 # export_not_made says which and why): a script that chains finesweep notices.
 EXPORT_INCOMPLETE_EXIT = 3
 SweepArg = typer.Argument(..., help="A sweep file (YAML), or the folder of a sweep that has run.")
+TIME_LIMIT_HELP = ("The whole command's wall time, e.g. 600s, 10m, 1.5h (search.time_limit): the search gets what the "
+                   "data, the probe and the export leave. Replaces the file's search.time_budget_minutes.")
 
 
 @contextmanager
@@ -92,17 +95,34 @@ def run(
     sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
     address: Optional[str] = typer.Option(None, help="Ray cluster to join (e.g. 10.0.0.5:6379 or auto); default: a local Ray."),
     tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (e.g. http://127.0.0.1:5000); overrides the sweep file."),
+    time_limit: Optional[str] = typer.Option(None, "--time-limit", help=TIME_LIMIT_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs."),
 ) -> None:
     """Prepare data, probe memory, run the trials, pick the best checkpoint, quantize and export it."""
+    started = time.time()
     _quiet_libraries(verbose)
     with user_errors():
         _ray_environment(address)
-        config = _load(sweep_file)
+        config = _with_time_limit(_load(sweep_file), time_limit)
         from finesweep.search.sweep import run as run_sweep
 
-        summary = run_sweep(config, address=address, tracking_uri=tracking_uri)
+        summary = run_sweep(config, address=address, tracking_uri=tracking_uri, started=started)
     _exit_for(summary)
+
+
+def _with_time_limit(config, time_limit: str | None):
+    """The sweep file's config bounded by --time-limit, which replaces its search.time_budget_minutes."""
+    if time_limit is None:
+        return config
+    from finesweep.spaces import SweepConfig, SweepFileError, parse_duration
+
+    try:
+        parse_duration(time_limit)
+    except ValueError as error:
+        raise SweepFileError(f"--time-limit: {error}") from None
+    dumped = config.model_dump(mode="json")
+    search = {**dumped["search"], "time_limit": time_limit, "time_budget_minutes": None}
+    return SweepConfig.model_validate({**dumped, "search": search})
 
 
 def _exit_for(summary: dict) -> None:
@@ -150,16 +170,18 @@ def probe(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
 def plan(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
          address: Optional[str] = typer.Option(None, help="The Ray cluster `run` will join: the plan then counts on "
                                                           "max_concurrent_trials at once instead of this machine's cores."),
+         time_limit: Optional[str] = typer.Option(None, "--time-limit", help=TIME_LIMIT_HELP),
          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Prepare the data, probe memory and speed, and print how the search will spend its budget (trial length, trials,
     predicted end) without training: `run` prints the same plan, then follows it."""
+    started = time.time()
     _quiet_libraries(verbose)
     with user_errors():
-        config = _load(sweep_file)
+        config = _with_time_limit(_load(sweep_file), time_limit)
         from finesweep.search import inputs, measure
         from finesweep.search.outputs.console import Console
 
-        measured = measure.measure_inputs(config, inputs.sweep_folder(config), Console())
+        measured = measure.measure_inputs(config, inputs.sweep_folder(config), Console(), started)
         if measure.plan_trials(measured, address)[1] is None:
             typer.secho("no plan: the probe measured no combination that trains", fg=typer.colors.RED, err=True)
             raise typer.Exit(1)

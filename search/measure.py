@@ -12,7 +12,8 @@ from typing import Any
 from finesweep.search.inputs import PreparedSweep, SweepFolder, dequantize_gguf, prepare_data
 from finesweep.search.outputs.console import Console
 from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions
-from finesweep.spaces import Method, SweepConfig
+from finesweep.search.probe.plan import RAY_START_SECONDS, TRIAL_START_SECONDS, apply, plan_search
+from finesweep.spaces import Method, SweepConfig, SweepFileError
 
 
 def measure_memory(config: SweepConfig, folder: SweepFolder, device: Device, precisions: list[str],
@@ -61,14 +62,15 @@ class Measured:
     clock: PhaseClock
 
 
-def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console) -> Measured:
+def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, started: float | None = None) -> Measured:
     """The checks that need no data, the data prepared and the probe run (both cached by content), the space
-    steered by the probe's speeds."""
+    steered by the probe's speeds. `started`: when the command started (time.time()); the clock's total counts
+    from it (search.time_limit bounds the whole command)."""
     from finesweep.search.outputs.export import check_backends
     from finesweep.trainer.gguf import check_gguf
     from finesweep.trainer.models import check_pooling
 
-    clock = PhaseClock()
+    clock = PhaseClock(started=time.perf_counter() - (time.time() - started)) if started else PhaseClock()
     check_backends(config)
     check_gguf(config)
     device = resolve_device(use_gpu=config.resources.gpus_per_trial != 0)
@@ -117,21 +119,66 @@ def _export_thread_ratio(config: SweepConfig, device: Device) -> float:
 
 def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dict[str, Any] | None]:
     """The trials' length and number planned from the probe's speeds and the budget (search/probe/plan.py),
-    printed with the predicted end; the config they change, and the plan for the record (None: nothing measured)."""
-    from finesweep.search.probe.plan import apply, plan_search
-
+    printed with the predicted end; the config they change, and the plan for the record (None: nothing measured).
+    Under search.time_limit the search gets what the command's time so far and the export's estimate leave of it."""
     config, elapsed = inputs.config, inputs.clock.total
     splits = inputs.data.prepared.report.splits
-    plan = plan_search(config, kept_probes(config, inputs.precisions, inputs.probes),
-                       validation_rows=splits.get("validation", 0), test_rows=splits.get("test", 0),
-                       seq_len=inputs.data.max_seq_len, concurrency=trial_slots(config, inputs.device, address),
-                       lengths=inputs.data.lengths, train_rows=splits.get("train", 0),
-                       export_timed_on_cpu_too=_cuda_present(),
-                       export_thread_ratio=_export_thread_ratio(config, inputs.device))
+
+    def plan_for(config: SweepConfig):
+        return plan_search(config, kept_probes(config, inputs.precisions, inputs.probes),
+                           validation_rows=splits.get("validation", 0), test_rows=splits.get("test", 0),
+                           seq_len=inputs.data.max_seq_len, concurrency=trial_slots(config, inputs.device, address),
+                           lengths=inputs.data.lengths, train_rows=splits.get("train", 0),
+                           export_timed_on_cpu_too=_cuda_present(),
+                           export_thread_ratio=_export_thread_ratio(config, inputs.device))
+
+    limit = config.search.time_limit_seconds
+    if limit:
+        config, division = within_limit(config, plan_for, limit, elapsed)
+    plan = plan_for(config)
     if plan is None:
         return config, None
+    if limit:
+        plan.notes.append(division)
     inputs.console.plan(plan, elapsed)
-    return apply(config, plan), {**plan.to_dict(), "predicted_wall_seconds": round(elapsed + plan.predicted_seconds, 1)}
+    record = {**plan.to_dict(), "predicted_wall_seconds": round(elapsed + plan.predicted_seconds, 1)}
+    return apply(config, plan), {**record, **({"time_limit_seconds": limit} if limit else {})}
+
+
+def within_limit(config: SweepConfig, plan_for, limit: float, elapsed: float) -> tuple[SweepConfig, str]:
+    """The config whose search budget is what search.time_limit leaves after the `elapsed` seconds (data, probe)
+    and the export's estimate (which does not depend on the search's budget), and the sentence that says so;
+    a SweepFileError, before anything trains, when that cannot pay for one trial's start and first evaluation."""
+    left = limit - elapsed
+    unlimited = config.model_copy(update={"search": config.search.model_copy(
+        update={"time_limit": None, "time_budget_minutes": max(left, 1.0) / 60})})
+    provisional = plan_for(unlimited)
+    if provisional is None:
+        return unlimited, ""
+    export = provisional.export_seconds
+    search = left - export - LIMIT_OVERHEAD_SECONDS
+    fastest = min(c.period_seconds(config.search.eval_every_steps) for c in provisional.combinations)
+    needed = TRIAL_START_SECONDS + fastest
+    if search < needed:
+        raise SweepFileError(
+            f"search.time_limit {config.search.time_limit}: the data and the probe took {elapsed:.0f} s and the export "
+            f"is predicted to take {export:.0f} s (with {LIMIT_OVERHEAD_SECONDS:.0f} s for Ray and the records), "
+            f"which leaves {max(search, 0):.0f} s for the search, but one trial needs {needed:.0f} s to start and "
+            f"reach its first evaluation ({config.search.eval_every_steps} steps of the fastest combination). Raise "
+            f"the limit to at least {elapsed + export + LIMIT_OVERHEAD_SECONDS + needed:.0f}s, or make a step "
+            "cheaper (a shorter data.max_seq_len, a smaller search.eval_every_steps, fewer export.quantization "
+            "variants); the data and the probe are cached, so a second run starts faster.")
+    budgeted = unlimited.model_copy(update={"search": unlimited.search.model_copy(
+        update={"time_budget_minutes": search / 60})})
+    division = (f"the time limit {config.search.time_limit} ({limit:.0f} s) divided: data and probe {elapsed:.0f} s, "
+                f"search {search:.0f} s, export {export:.0f} s (predicted), Ray and the records {LIMIT_OVERHEAD_SECONDS:.0f} s")
+    return budgeted, division
+
+
+# What `finesweep run` spends outside the data, the probe, the search's budget and the export: Ray's start and
+# Tune's set-up (the plan's RAY_START_SECONDS), the plots and the leaderboard after the trials and the tracking
+# store's last writes (the search phase ran 6 s past its budget on 2 cores, AVX-512), the summary.
+LIMIT_OVERHEAD_SECONDS = RAY_START_SECONDS + 7.0
 
 
 def _cuda_present() -> bool:
@@ -179,8 +226,6 @@ def drop_unfit_models(config: SweepConfig, probes: dict[str, Any], console: Cons
     """Candidates of which not even a micro-batch of 1 fits in any precision leave the space, with the reason:
     their trials could only fail. A candidate that fits in some precisions stays; a trial sampled in one that
     does not is recorded as out of memory."""
-    from finesweep.spaces import SweepFileError
-
     fits = {name: any(r.micro_batch > 0 for r in probes.values() if r.model == name) for name in config.model_names}
     for name in (n for n, ok in fits.items() if not ok):
         console.warn(f"model {name} removed from the space: not even a micro-batch of 1 fits the memory budget")

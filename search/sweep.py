@@ -58,9 +58,10 @@ class Session(Measured):
     exploitation: dict[str, Any] | None = None  # what training the winner further did (search.exploit), when it ran
 
 
-def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console) -> Session:
+def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console,
+          started: float | None = None) -> Session:
     """Data and probe (both cached by content, so a resume redoes neither) and the tracking store."""
-    inputs = measure_inputs(config, folder, console)
+    inputs = measure_inputs(config, folder, console, started)
     log_to_file(folder.log_file)  # after the checks: a sweep file refused before anything runs leaves no folder
     tracker = Tracker(tracking_uri or inputs.config.tracking.uri or default_tracking_uri(folder.root),
                       folder.root / SPOOL_FOLDER)
@@ -68,9 +69,10 @@ def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, co
 
 
 def run(config: SweepConfig, *, address: str | None = None, tracking_uri: str | None = None,
-        console: Console | None = None) -> dict[str, Any]:
-    """Run the whole sweep; returns the summary that is also written to <sweep>/summary.json."""
-    session = _open(config, sweep_folder(config), tracking_uri, console or Console())
+        console: Console | None = None, started: float | None = None) -> dict[str, Any]:
+    """Run the whole sweep; returns the summary that is also written to <sweep>/summary.json. `started`: when the
+    command started (time.time()), from which search.time_limit counts."""
+    session = _open(config, sweep_folder(config), tracking_uri, console or Console(), started)
     session.config, session.plan = plan_trials(session, address)
     session.experiment_id, session.parent = start_parent_run(session.config, session.folder, session.tracker,
                                                              session.device)

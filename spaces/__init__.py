@@ -11,7 +11,7 @@ from finesweep.spaces.config import (
 )
 from finesweep.spaces.loader import SweepFileError, json_schema, load, resolve_path
 from finesweep.spaces.space import suggest
-from finesweep.spaces.units import parse_bytes
+from finesweep.spaces.units import parse_bytes, parse_duration
 
 __all__ = [
     "DataConfig",
@@ -25,6 +25,7 @@ __all__ = [
     "json_schema",
     "load",
     "parse_bytes",
+    "parse_duration",
     "resolve_path",
     "suggest",
 ]

@@ -13,3 +13,14 @@ def parse_bytes(text: str) -> int:
     if not match or unit not in _UNITS:
         raise ValueError(f"not a byte size: {text!r}; write e.g. 6GiB or 500MB")
     return int(float(match.group(1)) * _UNITS[unit])
+
+
+_SECONDS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_duration(text: str) -> float:
+    """'600s' -> 600; '10m' -> 600; '1.5h' -> 5400. The unit is required: a bare 10 could mean either."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhSMH])\s*", str(text))
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"not a duration: {text!r}; write a positive number with its unit, e.g. 600s, 10m or 1.5h")
+    return float(match.group(1)) * _SECONDS[match.group(2).lower()]

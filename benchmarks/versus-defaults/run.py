@@ -7,10 +7,9 @@ Arms, one after another on this machine (never two at once), all on the same spl
 - defaults-1epoch, defaults-2epochs: defaults_trainer.py (TrainingArguments' defaults: lr 5e-5, batch 8, linear
   decay, no warm-up, no weight decay, fp32, the CPU with every core; all-MiniLM-L6-v2 with transformers' own head),
   in a fresh process; wall time = that process's whole life (imports and model load included).
-- sweep-example, sweep-plain: `finesweep plan`, then `finesweep run`, on a copy of sweeps/tweets.yaml (the example)
-  or plain.yaml (what a user who has not studied the data writes) with its data pointed at the split files and its
-  time budget set so that both commands together end at about the 2-epoch arm's wall time; wall time = both
-  commands (the run reuses the plan's data and probe caches: same sweep folder).
+- sweep-example, sweep-plain: `finesweep run --time-limit <the 2-epoch arm's wall seconds>s` on a copy of
+  sweeps/tweets.yaml (the example) or plain.yaml (what a user who has not studied the data writes) with its data
+  pointed at the split files; wall time = the command's whole life.
 - example-own-budget (--own-budget; default on for tweets): the example with its own time budget (6.5 minutes).
 - autogluon (--autogluon-python PATH, a Python with autogluon.multimodal): MultiModalPredictor on the same
   checkpoint, time_limit = the 2-epoch arm's wall time minus 30 s; skipped without the flag.
@@ -57,10 +56,6 @@ CHAT_FRACTIONS = {"validation": 0.15, "test": 0.15}  # train: the rest
 MIN_CATEGORY_ROWS = 30
 MAX_SEQ_LEN = 64  # tweets: 99% fit in 61 tokens; chat questions: 99% in 21
 SWEEP_FILES = {"example": REPO / "sweeps" / "tweets.yaml", "plain": HERE / "plain.yaml"}
-# What `finesweep run` spends outside its budget besides the export: Python start, the data and probe read back from
-# the plan's caches, Ray's start. An estimate; each sweep arm records its real phases to check it.
-RUN_START_SECONDS = 30
-ASSUMED_EXPORT_SECONDS = 60  # when the plan's "predicted:" line cannot be read
 MIN_BUDGET_SECONDS = 30  # a shorter budget leaves no trial time (chat's defaults arms take under a minute)
 AUTOGLUON_MARGIN_SECONDS = 30
 AUTOGLUON_SCRIPT = """
@@ -199,43 +194,22 @@ def write_sweep(source: Path, name: str, data: Path, work: Path, budget_minutes:
     return path
 
 
-def predicted_export_seconds(plan_output: str) -> float | None:
-    """The export seconds of the plan's 'predicted: ... export N s; ...' line (console.py; it may wrap)."""
-    found = re.search(r"predicted:.*?export\s+(\d+)\s+s;", plan_output, re.DOTALL)
-    return float(found.group(1)) if found else None
-
-
-def planned_budget(arm: dict[str, Any], name: str, source: Path, data: Path, work: Path, target_seconds: float,
-                   exploit_start: str | None) -> float:
-    """Minutes of budget that end `finesweep plan` and `finesweep run` together at target_seconds: the plan prepares
-    the data and runs the probe (which the run reads back from the same sweep folder's caches) and predicts the
-    export. Its wall time, the prediction and the budget go into `arm`."""
-    first = write_sweep(source, name, data, work, max(target_seconds - 120, MIN_BUDGET_SECONDS) / 60, smoke=False,
-                        exploit_start=exploit_start)
-    arm["plan_seconds"], plan_output = finesweep("plan", first, work / "logs" / f"{name}-plan.log")
-    arm["predicted_export_seconds"] = export = predicted_export_seconds(plan_output)
-    left = target_seconds - arm["plan_seconds"] - RUN_START_SECONDS - (export or ASSUMED_EXPORT_SECONDS)
-    return max(left, MIN_BUDGET_SECONDS) / 60
-
-
-def finesweep(command: str, sweep_file: Path, log: Path) -> tuple[float, str]:
-    return timed([sys.executable, "-m", "finesweep.search.cli", command, str(sweep_file)], log)
+def finesweep(command: str, sweep_file: Path, log: Path, *options: str) -> tuple[float, str]:
+    return timed([sys.executable, "-m", "finesweep.search.cli", command, str(sweep_file), *options], log)
 
 
 def sweep_arm(name: str, source: Path, data: Path, work: Path, target_seconds: float | None, smoke: bool,
               exploit_start: str | None = None) -> dict[str, Any]:
-    """`finesweep plan` then `finesweep run`, the budget set to end both at target_seconds (None: the file's own
-    budget, and no plan first; smoke: half a minute, and no plan first: the plumbing without the wait)."""
+    """`finesweep run --time-limit <target_seconds>s`, as a user who has that much time runs it (None: the file's own
+    search budget; smoke: half a minute of search, the plumbing without the wait)."""
     arm: dict[str, Any] = {"sweep_file": str(source.relative_to(REPO))}
-    budget = None
-    if smoke:
-        budget = 0.5
-    elif target_seconds is not None:
-        budget = planned_budget(arm, name, source, data, work, target_seconds, exploit_start)
-    sweep_file = write_sweep(source, name, data, work, budget, smoke, exploit_start)
-    arm["run_seconds"], _ = finesweep("run", sweep_file, work / "logs" / f"{name}.log")
-    arm["wall_seconds"] = round(arm.get("plan_seconds", 0) + arm["run_seconds"], 1)
-    arm["time_budget_minutes"] = yaml.safe_load(sweep_file.read_text())["search"]["time_budget_minutes"]
+    sweep_file = write_sweep(source, name, data, work, 0.5 if smoke else None, smoke, exploit_start)
+    limit = ["--time-limit", f"{target_seconds:.0f}s"] if target_seconds is not None and not smoke else []
+    arm["wall_seconds"], _ = finesweep("run", sweep_file, work / "logs" / f"{name}.log", *limit)
+    summary = json.loads((work / name / "summary.json").read_text())
+    arm["time_limit_seconds"] = summary.get("plan", {}).get("time_limit_seconds")
+    arm["predicted_export_seconds"] = summary.get("plan", {}).get("export_seconds")
+    arm["time_budget_minutes"] = summary.get("plan", {}).get("budget")
     return arm | summary_fields(work / name)
 
 

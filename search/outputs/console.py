@@ -125,7 +125,9 @@ class Console:
     def done(self, summary: dict[str, Any], tracking_uri: str, experiment_id: str) -> None:
         self.out.rule("done")
         phases = ", ".join(f"{phase} {seconds:g} s" for phase, seconds in (summary.get("phase_seconds") or {}).items())
-        self.out.print(f"wall time {summary.get('wall_seconds')} s ({phases}); export: {summary.get('export_dir')}")
+        limit = (summary.get("plan") or {}).get("time_limit_seconds")
+        within = f" of the {limit:g} s limit" if limit else ""
+        self.out.print(f"wall time {summary.get('wall_seconds')} s{within} ({phases}); export: {summary.get('export_dir')}")
         self.out.print(f"MLflow store {tracking_uri} (experiment {experiment_id}); open it with: finesweep ui")
 
 

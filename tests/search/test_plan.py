@@ -12,7 +12,7 @@ from finesweep.search.probe.padding import ANCHORS, length_grouped_megabatch, pa
 from finesweep.search.probe.plan import CombinationTimes, Lane, asha_milestones, planned_schedule, simulate
 from finesweep.search.probe.table import ProbeResult
 from finesweep.search.tuning import ray_compat
-from finesweep.spaces import SweepConfig, Task
+from finesweep.spaces import SweepConfig, Task, parse_duration
 from finesweep.trainer.data.lengths import percentiles
 from finesweep.trainer.evaluate import SPEED_SECONDS
 
@@ -333,3 +333,49 @@ def test_a_cpu_export_scores_the_test_split_with_every_core_where_the_probe_time
     assert scoring(2.0) == pytest.approx(scoring(1.0) / 2)
     assert scoring(64.0) == pytest.approx(scoring(1.0) / export_time.EXPORT_THREADS_CAP)
     assert scoring(0.5) == pytest.approx(scoring(1.0))  # a trial with more threads than the export: no slow-down
+
+
+def test_a_time_limit_gives_the_search_what_the_data_probe_and_export_leave():
+    """search.time_limit 10m with 40 s gone on data and probe: the search's budget is the rest less the export's
+    estimate and the command's overhead, and the plan says how the limit was divided."""
+    from finesweep.search import measure
+
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
+    config = _config(time_limit="10m", num_trials=50, max_steps=2000)
+    budgeted, division = measure.within_limit(config, lambda c: _plan(c, probes), 600, elapsed=40)
+    export = _plan(budgeted, probes).export_seconds
+    assert budgeted.search.time_limit is None  # the derived budget replaces it: trials and resume read the budget
+    assert budgeted.search.time_budget_minutes * 60 == pytest.approx(600 - 40 - export - measure.LIMIT_OVERHEAD_SECONDS)
+    assert division.startswith("the time limit 10m (600 s) divided: data and probe 40 s, search ")
+    assert f"export {export:.0f} s (predicted)" in division
+
+
+def test_a_time_limit_that_cannot_pay_for_one_trial_is_refused_before_training_with_what_would_fit():
+    from finesweep.search import measure
+    from finesweep.spaces import SweepFileError
+
+    probes = {"big": probe("big", "fp32", 24.0)}
+    config = _config(time_limit="90s")
+    with pytest.raises(SweepFileError) as refused:
+        measure.within_limit(config, lambda c: _plan(c, probes), 90, elapsed=60)
+    text = str(refused.value)
+    assert text.startswith("search.time_limit 90s: the data and the probe took 60 s")
+    needed = float(text.split("Raise the limit to at least ")[1].split("s,")[0])
+    budgeted, _ = measure.within_limit(config, lambda c: _plan(c, probes), needed + 1, elapsed=60)
+    assert budgeted.search.time_budget_minutes > 0  # the limit the error names is enough
+
+
+@pytest.mark.parametrize("text,seconds", [("600s", 600), ("10m", 600), ("1.5h", 5400), (" 90 S ", 90)])
+def test_durations_take_a_unit(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["10", "ten minutes", "-5m", "0s", "5d"])
+def test_a_duration_without_a_known_unit_is_refused(text):
+    with pytest.raises(ValueError, match="e.g. 600s, 10m or 1.5h"):
+        parse_duration(text)
+
+
+def test_a_time_limit_and_a_search_budget_are_one_setting_too_many():
+    with pytest.raises(ValueError, match="set one of them"):
+        _config(time_limit="10m", time_budget_minutes=5)

@@ -59,3 +59,14 @@ def test_predict_on_a_folder_that_holds_no_model(tmp_path):
     assert "not a saved model folder (nothing is there)" in message
     (tmp_path / "empty").mkdir()
     assert "it has no config.json" in _user_error(_cli("predict", "empty", "hello", cwd=tmp_path))
+
+
+def test_a_time_limit_without_a_unit_or_beside_a_search_budget_is_refused_before_anything_runs(tmp_path):
+    tiny.write_csv(tmp_path / "data.csv", tiny.sentiment_rows(60))
+    (tmp_path / "model").mkdir()  # a folder, never loaded: the limit is refused first
+    (tmp_path / "sweep.yaml").write_text(SWEEP.format(model="model"))
+    message = _user_error(_cli("run", "sweep.yaml", "--time-limit", "10", cwd=tmp_path))
+    assert "--time-limit: not a duration: '10'; write a positive number with its unit, e.g. 600s, 10m or 1.5h" in message
+    (tmp_path / "both.yaml").write_text(SWEEP.format(model="model") + "search: {time_limit: 10m, time_budget_minutes: 5}\n")
+    message = _user_error(_cli("run", "both.yaml", cwd=tmp_path))
+    assert "search" in message and "set one of them" in message and not (tmp_path / "runs").exists()
