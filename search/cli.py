@@ -141,10 +141,11 @@ def data(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
     with user_errors():
         config = _load(sweep_file)
         from finesweep.search.outputs.console import Console
-        from finesweep.search.inputs import dequantize_gguf, prepare_data, sweep_folder
+        from finesweep.search.inputs import dequantize_gguf, prepare_data, read_data, sweep_folder
 
         folder, console = sweep_folder(config), Console()
-        prepare_data(dequantize_gguf(config, folder, console), folder, console)
+        prepared = read_data(config, folder)  # before a GGUF candidate is dequantized: data errors in seconds
+        prepare_data(dequantize_gguf(config, console), folder, console, prepared)
 
 
 @app.command()
@@ -159,10 +160,11 @@ def probe(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
         from finesweep.search.probe.device import resolve_device, usable_precisions
 
         console, folder = Console(), inputs.sweep_folder(config)
-        config = inputs.dequantize_gguf(config, folder, console)
+        read = inputs.read_data(config, folder)  # data errors before a GGUF candidate is dequantized
+        config = inputs.dequantize_gguf(config, console)
         device = resolve_device(use_gpu=config.resources.gpus_per_trial != 0)
         precisions = usable_precisions([p.value for p in config.space.precision], device)
-        prepared = inputs.prepare_data(config, folder, console)
+        prepared = inputs.prepare_data(config, folder, console, read)
         measure.measure_memory(config, folder, device, precisions, prepared, console)
 
 

@@ -76,9 +76,9 @@ class PreparedSweep:
     lengths: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def dequantize_gguf(config: SweepConfig, folder: SweepFolder, console: Console) -> SweepConfig:
-    """The config with each GGUF candidate of the space replaced by its dequantized folder in the cache (made once
-    per file content; see trainer/gguf.py), so data, probe, trials and export load a plain model folder. The
+def dequantize_gguf(config: SweepConfig, console: Console) -> SweepConfig:
+    """The config with each GGUF candidate of the space replaced by its dequantized folder in the machine's cache
+    (made once per file content on the machine, shared by every sweep; see trainer/gguf.py), so data, probe, trials and export load a plain model folder. The
     candidate keeps its GGUF file on record (gguf_origin) for the model card. A config already resolved (resume,
     re-export: the saved config is this one) comes back unchanged, unless its folder is gone (the cache was
     cleared): then the folder is made again from the GGUF file."""
@@ -86,24 +86,38 @@ def dequantize_gguf(config: SweepConfig, folder: SweepFolder, console: Console) 
 
     config = config.model_copy(update={"models": [gguf.from_lost_folder(m) for m in config.models]})
     gguf.check_gguf(config)
+    cache = gguf.machine_cache()
     models = []
     for candidate in config.models:
         if candidate.gguf_file and candidate.name in config.model_names:
-            console.step(f"Dequantizing GGUF candidate {candidate.name} ({candidate.gguf_file}) into the cache "
-                         "(once per file)")
-            candidate = gguf.dequantized_candidate(candidate, folder.cache)
+            found = gguf.cached_folder(gguf.gguf_path(candidate), cache)
+            if found is None:
+                console.step(f"Dequantizing GGUF candidate {candidate.name} ({candidate.gguf_file}) into {cache} "
+                             f"(once per file on this machine; {gguf.CACHE_ENV} sets the folder)")
+            candidate = gguf.dequantized_candidate(candidate, cache)
+            size = gguf.folder_bytes(Path(candidate.path)) / 2**20
+            console.step(f"GGUF candidate {candidate.name}: {'reusing ' if found else ''}its dequantized copy "
+                         f"({size:,.0f} MiB) in {candidate.path}; delete {cache / gguf.CACHE_SUBFOLDER} to free the space")
         models.append(candidate)
     return config.model_copy(update={"models": models})
 
 
-def prepare_data(config: SweepConfig, folder: SweepFolder, console: Console) -> PreparedSweep:
-    """Load, clean, split; then tokenize once per candidate (cached by content). The length histogram's PNG
-    is at `prepared.length_plot` (next to report.json), for the parent run."""
+def read_data(config: SweepConfig, folder: SweepFolder):
+    """Load, clean, split (cached by content): no model is needed, so a data error surfaces in seconds, before any
+    model loads or a GGUF file is dequantized."""
+    from finesweep.trainer import data
+
+    return data.prepare(config.data, config.seed, folder.cache)
+
+
+def prepare_data(config: SweepConfig, folder: SweepFolder, console: Console, prepared=None) -> PreparedSweep:
+    """Load, clean, split (or take `prepared`, read_data's); then tokenize once per candidate (cached by content).
+    The length histogram's PNG is at `prepared.length_plot` (next to report.json), for the parent run."""
     from finesweep.trainer import data, models
     from finesweep.trainer.data.lengths import covering_length, percentiles, token_lengths
     from finesweep.trainer.models import model_vocab_size
 
-    prepared = data.prepare(config.data, config.seed, folder.cache)
+    prepared = prepared or read_data(config, folder)
     tokenizers = {name: models.load_tokenizer(config.candidate(name), config.trust_remote_code) for name in config.model_names}
     templates = {name: chat_template(config, name, tok) for name, tok in tokenizers.items()}
     measured = {name: token_lengths(prepared.folder, tok, config.data.task, chat_template=templates[name])
@@ -118,10 +132,22 @@ def prepare_data(config: SweepConfig, folder: SweepFolder, console: Console) -> 
                                             too_long=config.data.too_long, vocab_size=vocab, model_name=name,
                                             chat_template=templates[name]))
         tokens[name] = data.token_entry(tok, lengths[name], Path(tokenized[name]))
+        if config.data.task == Task.causal_lm:
+            _check_replies_kept(prepared, tok, templates[name], Path(tokenized[name]), max_seq_len, name)
     data.finish_report(prepared, tokens, measured, max_seq_len)
     console.data_report(prepared.report)
     console.lengths(lengths, max_seq_len)
     return PreparedSweep(prepared, tokenized, max_seq_len, lengths)
+
+
+def _check_replies_kept(prepared, tokenizer, template: str | None, tokenized: Path, max_seq_len: int, name: str) -> None:
+    """A max_seq_len that leaves most conversations no reply token is the user's to fix: said with the prompts'
+    lengths, before the probe loads the model."""
+    from finesweep.trainer.data.lengths import percentiles, prompt_lengths
+    from finesweep.trainer.data.tokenizing import check_replies_kept
+
+    prompts = percentiles(prompt_lengths(prepared.folder, tokenizer, chat_template=template))
+    check_replies_kept(tokenized, prepared.report.splits, max_seq_len, prompts, name)
 
 
 def chat_template(config: SweepConfig, model_name: str, tokenizer) -> str | None:

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from finesweep.search.inputs import PreparedSweep, SweepFolder, dequantize_gguf, prepare_data
+from finesweep.search.inputs import PreparedSweep, SweepFolder, dequantize_gguf, prepare_data, read_data
 from finesweep.search.outputs.console import Console
 from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions
 from finesweep.search.probe.plan import RAY_START_SECONDS, TRIAL_START_SECONDS, apply, plan_search
@@ -83,8 +83,9 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
     if len(methods) < len(config.space.method):
         config = config.model_copy(update={"space": config.space.model_copy(update={"method": [Method(m) for m in methods]})})
     console.header(config, device, folder.root)
-    config = dequantize_gguf(config, folder, console)
-    data = prepare_data(config, folder, console)
+    prepared = read_data(config, folder)  # before a GGUF candidate's minute of dequantizing: data errors first
+    config = dequantize_gguf(config, console)
+    data = prepare_data(config, folder, console, prepared)
     clock.lap("data")
     probes = measure_memory(config, folder, device, precisions, data, console)
     config, precisions = steer_by_speed(config, precisions, probes, console)

@@ -132,11 +132,11 @@ class ModelCandidate(_Section):
     name: str = Field(description="Short name used in the space, in MLflow and in the export.", pattern=NAME_PATTERN)
     path: str | None = Field(None, description="Local model folder; relative to the sweep file, or pkg://package/inside/path.")
     hub_id: str | None = Field(None, description="Hugging Face hub id, for machines that can download.")
-    gguf_file: str | None = Field(None, description="GGUF file name inside `path` (or in the hub repo `hub_id`): dequantized once into the sweep's cache, which every load then reads.")
+    gguf_file: str | None = Field(None, description="GGUF file name inside `path` (or in the hub repo `hub_id`): dequantized once per machine into ~/.cache/finesweep/gguf ($FINESWEEP_CACHE), which every load of every sweep then reads.")
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) for hub_id.")
     config_overrides: dict[str, Any] = Field(default_factory=dict, description="Config fields to change at load, e.g. num_hidden_layers: 3.")
     pooling: Literal["cls", "mean"] = Field("cls", description="What a classifier's head reads: cls (the first token, transformers' own head) or mean (the mean of the token states; BERT-family encoders). mean suits sentence-transformers checkpoints, trained to embed by mean pooling (on all-MiniLM it reaches [CLS]'s accuracy with half to two thirds of the samples); its export carries its modeling file, which plain transformers loads with trust_remote_code=True.")
-    gguf_origin: str | None = Field(None, description="Set by finesweep, not in a sweep file: the GGUF file that `path` (its dequantized copy in the sweep's cache) was made from; the model card names it.")
+    gguf_origin: str | None = Field(None, description="Set by finesweep, not in a sweep file: the GGUF file that `path` (its dequantized copy in the machine's cache) was made from; the model card names it.")
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelCandidate":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray started in a test process binds loopback only
+# The machine cache (dequantized GGUF copies) of this session, never the user's ~/.cache/finesweep.
+os.environ.setdefault("FINESWEEP_CACHE", tempfile.mkdtemp(prefix="finesweep-test-cache-"))
 
 from tests import tiny  # noqa: E402
 

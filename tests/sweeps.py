@@ -103,9 +103,9 @@ export: {{quantization: {quantization}, register_model: false}}
 """
 
 
-def finesweep(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    """The CLI as a user runs it, offline (nothing may come from the hub in tests)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+def finesweep(*args: str, cwd: Path, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it, offline (nothing may come from the hub in tests); `env` adds variables."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "finesweep.search.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

@@ -5,7 +5,9 @@ transformers marks it quantized (config.quantization_config is a GgufConfig), so
 it. Here the file is unpacked once, by transformers' own GGUF loader told to dequantize (which leaves no
 quantization marker), and saved as a folder of float32 safetensors, config, generation config and tokenizer that
 every later load reads like any other model folder. The folder is keyed by the file's bytes and by the versions of
-the code that unpacks them, so a renamed copy of a file reuses it and a changed file gets a new one.
+the code that unpacks them, so a renamed copy of a file reuses it and a changed file gets a new one. It lives in
+the machine's cache (machine_cache(): every sweep on the machine shares it, as the Hugging Face hub cache is
+shared), and a lock per entry makes a second sweep that starts meanwhile wait for the first one's copy.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ log = logging.getLogger(__name__)
 GGUF_PACKAGE = "gguf>=0.10"  # transformers reads llama-family GGUF files with it (as in pyproject.toml)
 CACHE_VERSION = "1"  # change when the folder's layout or the way it is made changes: old entries are then not reused
 CACHE_SUBFOLDER = "gguf"
+CACHE_ENV = "FINESWEEP_CACHE"  # the machine cache's folder, when set
+LOCK_SUBFOLDER = "locks"  # beside gguf/, so that gguf/ holds the entries alone
 ORIGIN_FILE = "gguf-origin.json"  # written last: a folder that has it is complete
 
 
@@ -104,14 +108,43 @@ def from_lost_folder(candidate: ModelCandidate) -> ModelCandidate:
     return ModelCandidate.model_validate({**fields, "path": str(origin.parent), "gguf_file": origin.name})
 
 
+def machine_cache() -> Path:
+    """The cache every sweep on this machine shares: $FINESWEEP_CACHE, else $XDG_CACHE_HOME/finesweep, else
+    ~/.cache/finesweep. Its gguf/ folder holds the dequantized copies; deleting it (or one entry) only costs the
+    next sweep on that file its dequantizing again."""
+    if folder := os.environ.get(CACHE_ENV):
+        return Path(folder).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "finesweep"
+
+
+def cached_folder(source: Path, cache_root: Path) -> Path | None:
+    """The complete dequantized copy of `source` in `cache_root`, or None when there is none yet."""
+    final = cache_root / CACHE_SUBFOLDER / cache_key(file_digest(source))
+    return final if (final / ORIGIN_FILE).is_file() else None
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+
 def dequantized_folder(source: Path, cache_root: Path) -> Path:
-    """cache_root/gguf/<key of the file's bytes and the unpacking code>: made on the first call, reused after."""
-    digest = file_digest(source)
-    final = cache_root / CACHE_SUBFOLDER / cache_key(digest)
-    if (final / ORIGIN_FILE).is_file():
-        log.info("GGUF %s: dequantized copy found in %s", source.name, final)
-        return final
+    """cache_root/gguf/<key of the file's bytes and the unpacking code>: made on the first call, reused after.
+    Another process making the same entry meanwhile is waited for (a lock file in cache_root/locks), not raced."""
+    from filelock import FileLock
+
+    key = cache_key(file_digest(source))
+    final, lock = cache_root / CACHE_SUBFOLDER / key, cache_root / LOCK_SUBFOLDER / f"gguf-{key}.lock"
     final.parent.mkdir(parents=True, exist_ok=True)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock)):
+        if (final / ORIGIN_FILE).is_file():
+            log.info("GGUF %s: dequantized copy found in %s", source.name, final)
+            return final
+        return _make_folder(source, final)
+
+
+def _make_folder(source: Path, final: Path) -> Path:
+    digest = file_digest(source)
     work = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     started = time.perf_counter()

@@ -26,6 +26,7 @@ TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% end
 
 
 def _gguf_folder(folder: Path, gguf_file: Path) -> Path:
+    """A user's project with a GGUF candidate; its machine cache (FINESWEEP_CACHE, _machine) is its own."""
     (folder / "model").mkdir(parents=True)
     shutil.copy(gguf_file, folder / "model" / gguf_file.name)
     tiny.write_jsonl(folder / "chats.jsonl", tiny.conversation_rows(160))
@@ -34,10 +35,19 @@ def _gguf_folder(folder: Path, gguf_file: Path) -> Path:
     return folder
 
 
+def _machine(folder: Path) -> dict[str, str]:
+    return {"FINESWEEP_CACHE": str(folder / "machine-cache")}
+
+
+def _copies(folder: Path) -> list[Path]:
+    """The dequantized copies in the project's machine cache."""
+    return sorted((folder / "machine-cache" / "gguf").glob("*"))
+
+
 @pytest.fixture(scope="module")
 def gguf_sweep(tiny_llama_gguf, tmp_path_factory):
     folder = _gguf_folder(tmp_path_factory.mktemp("gguf-sweep"), tiny_llama_gguf)
-    result = finesweep("run", "sweep.yaml", cwd=folder)
+    result = finesweep("run", "sweep.yaml", cwd=folder, env=_machine(folder))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "conversations as its chat template" in result.stdout
     (folder / "console.txt").write_text(result.stdout + result.stderr)
@@ -72,9 +82,9 @@ def test_the_gguf_candidate_trains_and_exports(gguf_sweep):
     assert exported.config.model_type == "llama" and "quantization_config" not in exported.config.to_dict()
 
 
-def test_the_candidate_was_dequantized_once_into_the_cache_and_the_state_records_it(gguf_sweep):
-    _, sweep_dir = gguf_sweep
-    entries = list((sweep_dir / "cache" / "gguf").iterdir())
+def test_the_candidate_was_dequantized_once_into_the_machine_cache_and_the_state_records_it(gguf_sweep):
+    folder, sweep_dir = gguf_sweep
+    entries = _copies(folder)
     assert len(entries) == 1 and (entries[0] / "model.safetensors").is_file()
     origin = json.loads((entries[0] / "gguf-origin.json").read_text())
     assert origin["gguf_file"].endswith(f"model/{tiny.TINY_GGUF_NAME}") and len(origin["sha256"]) == 64
@@ -94,22 +104,30 @@ def test_the_model_card_names_the_gguf_origin(gguf_sweep):
 @pytest.mark.slow  # half a minute: the resume re-dequantizes and re-exports
 def test_resume_after_the_cache_was_cleared_makes_the_folder_again(gguf_sweep):
     folder, sweep_dir = gguf_sweep
-    shutil.rmtree(sweep_dir / "cache")
+    shutil.rmtree(folder / "machine-cache")
     shutil.rmtree(sweep_dir / "export")  # made again from the best checkpoint, on the rebuilt folder's tokenizer
-    result = finesweep("resume", str(sweep_dir), cwd=folder)
+    result = finesweep("resume", str(sweep_dir), cwd=folder, env=_machine(folder))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Dequantizing GGUF candidate llama" in result.stdout
-    entries = list((sweep_dir / "cache" / "gguf").iterdir())
+    entries = _copies(folder)
     assert len(entries) == 1 and (entries[0] / "gguf-origin.json").is_file()
     assert (sweep_dir / "export" / "model" / "model.safetensors").is_file()
 
 
-def test_the_data_command_tokenizes_with_the_dequantized_folders_tokenizer(tiny_llama_gguf, tmp_path):
+def test_the_data_command_tokenizes_with_the_dequantized_folders_tokenizer_and_a_second_sweep_reuses_it(
+        tiny_llama_gguf, tmp_path):
     folder = _gguf_folder(tmp_path, tiny_llama_gguf)
-    result = finesweep("data", "sweep.yaml", cwd=folder)
+    result = finesweep("data", "sweep.yaml", cwd=folder, env=_machine(folder))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "llama tokens: p50" in result.stdout
-    assert len(list((folder / "runs" / "tiny-gguf" / "cache" / "gguf").glob("*/model.safetensors"))) == 1
+    assert "llama tokens: p50" in result.stdout and "Dequantizing GGUF candidate llama" in result.stdout
+    assert [p.name for p in _copies(folder)] and all((p / "model.safetensors").is_file() for p in _copies(folder))
+    # Another sweep (another name, another folder) on the same file: the machine's copy, not a second one.
+    (folder / "other.yaml").write_text(GGUF_SWEEP.replace("name: tiny-gguf", "name: another-sweep"))
+    again = finesweep("data", "other.yaml", cwd=folder, env=_machine(folder))
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    out = " ".join(again.stdout.split())
+    assert "Dequantizing" not in out and "GGUF candidate llama: reusing its dequantized copy" in out
+    assert len(_copies(folder)) == 1
 
 
 def test_the_replies_alone_are_trained_in_the_templates_format(gguf_sweep):
@@ -117,8 +135,8 @@ def test_the_replies_alone_are_trained_in_the_templates_format(gguf_sweep):
 
     from finesweep.trainer import data
 
-    _, sweep_dir = gguf_sweep
-    tokenizer = AutoTokenizer.from_pretrained(next((sweep_dir / "cache" / "gguf").iterdir()))
+    folder, sweep_dir = gguf_sweep
+    tokenizer = AutoTokenizer.from_pretrained(_copies(folder)[0])
     row = data.load_tokenized(next((sweep_dir / "cache" / "tokenized").iterdir()))["train"][0]
     text = tokenizer.decode(row["input_ids"])
     trained = tokenizer.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != -100])
@@ -160,3 +178,29 @@ def test_without_the_gguf_package_the_sweep_stops_before_anything_runs(tiny_llam
     assert "error: models[0].gguf_file: reading a GGUF file needs the gguf package (gguf>=0.10)" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (folder / "runs").exists(), "nothing ran: no sweep folder, no cache, no tracking store"
+
+
+def test_a_data_error_with_a_gguf_candidate_is_said_before_anything_is_dequantized(tiny_llama_gguf, tmp_path):
+    folder = _gguf_folder(tmp_path, tiny_llama_gguf)
+    with (folder / "chats.jsonl").open("a", encoding="utf-8") as file:
+        file.write('{"messages": [{"role": "user", "content": "cut mid-line\n')
+    for command in ("data", "run"):
+        result = finesweep(command, "sweep.yaml", cwd=folder, env=_machine(folder))
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stdout[-2000:] + result.stderr[-2000:]
+        assert "chats.jsonl" in result.stderr and "Dequantizing" not in result.stdout
+    assert not _copies(folder)
+
+
+def test_a_max_seq_len_that_leaves_no_reply_is_a_clear_error_with_the_length_that_keeps_them(tiny_llama_gguf, tmp_path):
+    """max_seq_len 8: the template's system turn alone fills it, so no conversation keeps a reply token."""
+    folder = _gguf_folder(tmp_path, tiny_llama_gguf)
+    (folder / "sweep.yaml").write_text(GGUF_SWEEP.replace("task: causal_lm", "task: causal_lm\n  max_seq_len: 8"))
+    result = finesweep("data", "sweep.yaml", cwd=folder, env=_machine(folder))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stdout[-2000:] + result.stderr[-2000:]
+    message = " ".join(result.stderr.split())
+    assert "data.max_seq_len 8 leaves no reply token in" in message and "(model 'llama')" in message
+    keep = int(message.split("raise data.max_seq_len to at least ")[1].split(" ")[0])
+    assert keep > 8
+    (folder / "sweep.yaml").write_text(GGUF_SWEEP.replace("task: causal_lm", f"task: causal_lm\n  max_seq_len: {keep}"))
+    kept = finesweep("data", "sweep.yaml", cwd=folder, env=_machine(folder))
+    assert kept.returncode == 0, kept.stdout[-2000:] + kept.stderr[-2000:]

@@ -16,16 +16,30 @@ def token_lengths(prepared_folder: Path, tokenizer, task: Task, sample: int = 50
                   chat_template: str | None = None) -> np.ndarray:
     """Token length of every row of (a seeded sample of) the training split, with this tokenizer (and for causal_lm
     the conversation rendered as tokenizing renders it)."""
-    from datasets import load_from_disk
-
-    train = load_from_disk(str(prepared_folder))["train"]
-    if len(train) > sample:
-        train = train.shuffle(seed=0).select(range(sample))
+    train = _training_sample(prepared_folder, sample)
     if task == Task.classification:
         return np.array([len(ids) for ids in tokenizer(list(train["text"]), add_special_tokens=True)["input_ids"]])
     texts = [chat.render(chat.from_cell(cell), tokenizer, chat_template)[0] for cell in train[chat.MESSAGES]]
     ids = tokenizer(texts, add_special_tokens=chat_template is None)["input_ids"]
     return np.array([len(row) for row in ids])
+
+
+def prompt_lengths(prepared_folder: Path, tokenizer, sample: int = 5000, chat_template: str | None = None) -> np.ndarray:
+    """Tokens before the first assistant reply of every (sampled) training conversation, rendered as tokenizing
+    renders it: a max_seq_len at or below a row's prompt leaves that row nothing to learn."""
+    train = _training_sample(prepared_folder, sample)
+    rendered = [chat.render(chat.from_cell(cell), tokenizer, chat_template) for cell in train[chat.MESSAGES]]
+    prompts = [text[: spans[0][0]] if spans else text for text, spans in rendered]
+    ids = tokenizer(prompts, add_special_tokens=chat_template is None)["input_ids"]
+    return np.array([len(row) for row in ids])
+
+
+def _training_sample(prepared_folder: Path, sample: int):
+    """The training split, or a seeded sample of `sample` rows of it."""
+    from datasets import load_from_disk
+
+    train = load_from_disk(str(prepared_folder))["train"]
+    return train.shuffle(seed=0).select(range(sample)) if len(train) > sample else train
 
 
 # The percentiles a report keeps: the upper ones size max_seq_len, all of them the plan's padded batch lengths

@@ -161,6 +161,34 @@ def check_vocab(folder: Path, vocab_size: int, model_name: str) -> None:
         )
 
 
+# A max_seq_len that cuts the reply off more than this share of a split's conversations is refused: the rows left
+# would be a biased few (the shortest prompts), or none.
+MOST_ROWS = 0.5
+# What a conversation needs beyond its prompt to teach anything: the start of a reply.
+REPLY_TOKENS = 32
+
+
+def check_replies_kept(folder: Path, sizes: dict[str, int], max_seq_len: int, prompts: dict[str, float],
+                       model_name: str) -> None:
+    """A causal LM's tokenized splits (tokenize's summary in `folder`) must keep a reply token in most rows of each
+    split (`sizes`: the rows before tokenizing); else a DataError with the prompts' lengths (`prompts`: percentiles,
+    lengths.percentiles) and the max_seq_len that keeps them, before anything loads a model to train."""
+    counts = tokenize_summary(folder)["per_split"]
+    cut = {name: count["no_response_token"] for name, count in counts.items() if count["no_response_token"]}
+    if not any(rows > MOST_ROWS * sizes.get(name, rows) for name, rows in cut.items()):
+        return
+    where = ", ".join(f"{rows} of {sizes.get(name, rows)} {name} rows" for name, rows in cut.items())
+    keep = int(-(-(prompts["p99"] + REPLY_TOKENS) // 8) * 8)
+    raise DataError(
+        f"data.max_seq_len {max_seq_len} leaves no reply token in {where} (model '{model_name}'): the prompt, with "
+        f"any system prompt the chat template adds, fills the first {max_seq_len} tokens, so those rows have "
+        f"nothing to learn. The prompts before the first reply take {prompts['p50']:.0f} tokens at the median and "
+        f"{prompts['p99']:.0f} at the 99th percentile (longest {prompts['max']:.0f}). Fix: raise data.max_seq_len to "
+        f"at least {keep} (the 99th percentile of the prompts and {REPLY_TOKENS} reply tokens), or unset it "
+        "(finesweep then covers 99% of the conversations whole), or shorten the prompts (data.chat_template: none "
+        "renders no system prompt).")
+
+
 def tokenize(prepared, tokenizer: Any, task: Task, max_seq_len: int, cache_root: Path, *,
              too_long: str = "truncate", vocab_size: int | None = None, model_name: str | None = None,
              chat_template: str | None = None) -> Path:
