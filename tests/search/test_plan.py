@@ -379,3 +379,21 @@ def test_a_duration_without_a_known_unit_is_refused(text):
 def test_a_time_limit_and_a_search_budget_are_one_setting_too_many():
     with pytest.raises(ValueError, match="set one of them"):
         _config(time_limit="10m", time_budget_minutes=5)
+
+
+def test_the_export_scores_at_full_precisions_measured_speed_where_the_probe_timed_it():
+    """The export saves and scores fp32: a bf16 trial's faster evaluation does not speed up its estimate."""
+    config = _config(baseline="off")
+
+    def combination(key: str, eval_speed: float) -> CombinationTimes:
+        return CombinationTimes(key, samples_per_second=1.0, eval_samples_per_second=eval_speed, seconds_per_step=1.0,
+                                seconds_per_evaluation=1.0)
+
+    def scoring(*combinations: CombinationTimes) -> float:
+        def export(rows: int) -> float:
+            return export_time.export_seconds(config, list(combinations), test_rows=rows, seq_len=64)
+        return export(400) - export(0)
+
+    full, half = combination("a|fp32|full", 50.0), combination("a|bf16|full", 100.0)
+    assert scoring(full, half) == pytest.approx(scoring(full))
+    assert scoring(half) == pytest.approx(scoring(full) / 2)  # no fp32 measured: the fastest there is
