@@ -17,6 +17,7 @@ from finesweep.search.probe.device import Device
 from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.tuning import exploit
+from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.best import Best, baseline_of
 from finesweep.search.selection.deploy import CPU_PREFIX
 from finesweep.search.selection.edges import edge_warnings
@@ -223,8 +224,8 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
         return {"best": None}
     tracker.set_tags(parent, {BEST_RUN_TAG: best.mlflow_run_id, BEST_STEP_TAG: best.step, BEST_TRIAL_TAG: best.trial_id})
     tracker.log_metrics(parent, {f"best_{best.metric}": best.value}, best.step)
-    origin = (session.exploitation or {}).get("source_trial") or best.trial_id  # a continuation's is its source's
-    baseline_won = baseline is not None and baseline.trial_id == origin
+    baseline_won = baseline is not None and baseline.trial_id == baseline_comparison.origin(
+        {"trial_id": best.trial_id, "exploitation": session.exploitation})  # a continuation's is its source's
     edges = [] if baseline_won else edge_warnings(best.params, session.config.space)  # the baseline is off-space
     exported = export_winner(session.config, session.folder, session.data, best, console, baseline, edges,
                              session.exploitation)

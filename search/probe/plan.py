@@ -365,7 +365,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     if plan.exploitation_seconds:
         plan.notes.append(f"the search's budget split: {time_budget:.0f} s for the trials, then "
                           f"{plan.exploitation_seconds:.0f} s for the winner (search.exploit.share {search.exploit.share:g}, from its "
-                          f"{'best checkpoint' if search.exploit.start == 'checkpoint' else 'step 0'}, with every core)")
+                          f"{'latest checkpoint' if search.exploit.start == 'checkpoint' else 'step 0'}, with every core)")
     return plan
 
 

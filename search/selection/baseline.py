@@ -24,9 +24,9 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
     the baseline itself won (then the export is the baseline's checkpoint: the search found nothing better).
     `untuned` (a causal LM): the base model's test scores before any training, the floor both started from."""
     name, higher_is_better = PRIMARY[Task(task)]
-    won = baseline_trial["trial_id"] == best["trial_id"]
+    won = baseline_trial["trial_id"] == origin(best)
     gain = _gain(winner[name], baseline[name], higher_is_better)
-    said = sentence(name, winner[name], baseline[name], gain, higher_is_better, won)
+    said = sentence(name, winner[name], baseline[name], gain, higher_is_better, won, origin(best) != best["trial_id"])
     if untuned and name in untuned:
         said += f"; the untuned base model: test {name} {untuned[name]:.4g}"
     return {
@@ -38,6 +38,12 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
     }
 
 
+def origin(best: dict[str, Any]) -> str:
+    """The search trial the export descends from: the winner's, or, where the rest of the budget trained it further
+    (best["exploitation"], search.exploit), the trial that continuation went on from."""
+    return (best.get("exploitation") or {}).get("source_trial") or best["trial_id"]
+
+
 def _gain(winner: float, baseline: float, higher_is_better: bool) -> float:
     """Accuracy-like metrics: the difference in points (0.781 against 0.766: +1.5); perplexity: the relative change
     in percent (9.0 against 10.0: -10.0)."""
@@ -46,11 +52,16 @@ def _gain(winner: float, baseline: float, higher_is_better: bool) -> float:
     return round(100 * (winner - baseline) / baseline, 2) if baseline and math.isfinite(baseline) else math.nan
 
 
-def sentence(name: str, winner: float, baseline: float, gain: float, higher_is_better: bool, won: bool) -> str:
+def sentence(name: str, winner: float, baseline: float, gain: float, higher_is_better: bool, won: bool,
+             continued: bool = False) -> str:
+    unit = "points" if higher_is_better else "%"
+    if won and continued:  # the recipe itself, trained longer: what the budget bought, not what the search found
+        return (f"the baseline recipe was the best on validation: the search found nothing better in its budget, so "
+                f"the export is the baseline recipe trained further with the rest of the budget (test {name} "
+                f"{winner:.4g} against {baseline:.4g} at its checkpoint from the search, {gain:+.2f} {unit})")
     if won:
         return (f"the baseline recipe was the best on validation: the search found nothing better in its budget, so "
                 f"the export is the baseline's checkpoint (test {name} {winner:.4g})")
-    unit = "points" if higher_is_better else "%"
     better = gain > 0 if higher_is_better else gain < 0
     verdict = "better than" if better else ("the same as" if gain == 0 else "worse than")
     return (f"tuned vs baseline: test {name} {winner:.4g} against {baseline:.4g} ({gain:+.2f} {unit}): the tuned model "

@@ -108,6 +108,16 @@ def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_
     assert lm["gain"] == -10.0 and "better than" in lm["sentence"]
     won = compare(Task.classification, {"accuracy": 0.7}, {"accuracy": 0.7}, {**best, "trial_id": "a"}, base)
     assert won["baseline_won"] and "the search found nothing better" in won["sentence"]
+    # The baseline's own trial trained further with the rest of the budget (search.exploit) is still the baseline
+    # recipe: the budget bought the gain, not the search.
+    continued = compare(Task.classification, {"accuracy": 0.766}, {"accuracy": 0.7405},
+                        {**best, "trial_id": "c", "exploitation": {"source_trial": "a"}}, base)
+    assert continued["baseline_won"] and continued["gain"] == 2.55
+    assert ("the export is the baseline recipe trained further with the rest of the budget (test accuracy 0.766 "
+            "against 0.7405 at its checkpoint from the search, +2.55 points)") in continued["sentence"]
+    other = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.7405},
+                    {**best, "trial_id": "c", "exploitation": {"source_trial": "b"}}, base)
+    assert not other["baseline_won"] and "better than the baseline" in other["sentence"]
 
 
 def test_a_winner_on_the_edge_of_the_space_is_named_with_the_field_to_widen():
