@@ -12,7 +12,7 @@ from tests import tiny
 from tests.sweeps import (crash_when, evaluation_steps, finesweep, one_model_sweep, run_tags,
                           saved_checkpoints_of_running_trials)
 
-TRIALS, MAX_STEPS, EVERY = 3, 60, 5
+TRIALS, MAX_STEPS, EVERY = 3, 90, 5  # a trial long enough that its middle outlasts a poll on a busy machine
 
 SWEEP = one_model_sweep("crashy", 5, TRIALS, EVERY, MAX_STEPS)
 
