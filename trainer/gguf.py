@@ -20,6 +20,8 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from filelock import FileLock
+
 from finesweep.spaces import ModelCandidate, SweepConfig, SweepFileError
 from finesweep.spaces.files import write_json_atomic
 
@@ -130,8 +132,6 @@ def folder_bytes(folder: Path) -> int:
 def dequantized_folder(source: Path, cache_root: Path) -> Path:
     """cache_root/gguf/<key of the file's bytes and the unpacking code>: made on the first call, reused after.
     Another process making the same entry meanwhile is waited for (a lock file in cache_root/locks), not raced."""
-    from filelock import FileLock
-
     key = cache_key(file_digest(source))
     final, lock = cache_root / CACHE_SUBFOLDER / key, cache_root / LOCK_SUBFOLDER / f"gguf-{key}.lock"
     final.parent.mkdir(parents=True, exist_ok=True)
