@@ -94,7 +94,7 @@ def dequantize_gguf(config: SweepConfig, console: Console) -> SweepConfig:
             if found is None:
                 console.step(f"Dequantizing GGUF candidate {candidate.name} ({candidate.gguf_file}) into {cache} "
                              f"(once per file on this machine; {gguf.CACHE_ENV} sets the folder)")
-            candidate = gguf.dequantized_candidate(candidate, cache)
+            candidate = gguf.dequantized_candidate(candidate, cache, found)  # found: no second read of the file
             size = gguf.folder_bytes(Path(candidate.path)) / 2**20
             console.step(f"GGUF candidate {candidate.name}: {'reusing ' if found else ''}its dequantized copy "
                          f"({size:,.0f} MiB) in {candidate.path}; delete {cache / gguf.CACHE_SUBFOLDER} to free the space")

@@ -92,10 +92,11 @@ def _new_enough(installed: str) -> bool:
         return True  # a source checkout without a release number: let transformers judge it
 
 
-def dequantized_candidate(candidate: ModelCandidate, cache_root: Path) -> ModelCandidate:
-    """The candidate as a plain model folder (dequantized once, see module doc), with its GGUF origin on record.
-    config_overrides stay on the candidate: they are applied when the folder is loaded, like any folder's."""
-    folder = dequantized_folder(gguf_path(candidate), Path(cache_root))
+def dequantized_candidate(candidate: ModelCandidate, cache_root: Path, folder: Path | None = None) -> ModelCandidate:
+    """The candidate as a plain model folder (dequantized once, see module doc; `folder`: its copy, already found
+    with cached_folder), with its GGUF origin on record. config_overrides stay on the candidate: they are applied
+    when the folder is loaded, like any folder's."""
+    folder = folder or dequantized_folder(gguf_path(candidate), Path(cache_root))
     fields = candidate.model_dump(exclude={"hub_id", "revision", "gguf_file", "path", "gguf_origin"})
     return ModelCandidate.model_validate({**fields, "path": str(folder), "gguf_origin": gguf_origin(candidate)})
 
