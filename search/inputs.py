@@ -142,12 +142,14 @@ def prepare_data(config: SweepConfig, folder: SweepFolder, console: Console, pre
 
 def _check_replies_kept(prepared, tokenizer, template: str | None, tokenized: Path, max_seq_len: int, name: str) -> None:
     """A max_seq_len that leaves most conversations no reply token is the user's to fix: said with the prompts'
-    lengths, before the probe loads the model."""
+    lengths (measured only then), before the probe loads the model."""
     from finesweep.trainer.data.lengths import percentiles, prompt_lengths
-    from finesweep.trainer.data.tokenizing import check_replies_kept
+    from finesweep.trainer.data.tokenizing import replies_cut, replies_cut_error
 
-    prompts = percentiles(prompt_lengths(prepared.folder, tokenizer, chat_template=template))
-    check_replies_kept(tokenized, prepared.report.splits, max_seq_len, prompts, name)
+    sizes = prepared.report.splits
+    if cut := replies_cut(tokenized, sizes):
+        prompts = percentiles(prompt_lengths(prepared.folder, tokenizer, chat_template=template))
+        raise replies_cut_error(cut, sizes, max_seq_len, prompts, name)
 
 
 def chat_template(config: SweepConfig, model_name: str, tokenizer) -> str | None:

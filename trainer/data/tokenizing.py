@@ -168,18 +168,21 @@ MOST_ROWS = 0.5
 REPLY_TOKENS = 32
 
 
-def check_replies_kept(folder: Path, sizes: dict[str, int], max_seq_len: int, prompts: dict[str, float],
-                       model_name: str) -> None:
-    """A causal LM's tokenized splits (tokenize's summary in `folder`) must keep a reply token in most rows of each
-    split (`sizes`: the rows before tokenizing); else a DataError with the prompts' lengths (`prompts`: percentiles,
-    lengths.percentiles) and the max_seq_len that keeps them, before anything loads a model to train."""
+def replies_cut(folder: Path, sizes: dict[str, int]) -> dict[str, int]:
+    """Per split, the rows tokenize dropped for keeping no reply token (its summary in `folder`), where they are
+    more than MOST_ROWS of a split (`sizes`: its rows before tokenizing); {} when every split kept most of them."""
     counts = tokenize_summary(folder)["per_split"]
     cut = {name: count["no_response_token"] for name, count in counts.items() if count["no_response_token"]}
-    if not any(rows > MOST_ROWS * sizes.get(name, rows) for name, rows in cut.items()):
-        return
+    return cut if any(rows > MOST_ROWS * sizes.get(name, rows) for name, rows in cut.items()) else {}
+
+
+def replies_cut_error(cut: dict[str, int], sizes: dict[str, int], max_seq_len: int, prompts: dict[str, float],
+                      model_name: str) -> DataError:
+    """What replies_cut found, said with the prompts' lengths (`prompts`: lengths.percentiles) and the max_seq_len
+    that keeps the replies."""
     where = ", ".join(f"{rows} of {sizes.get(name, rows)} {name} rows" for name, rows in cut.items())
     keep = int(-(-(prompts["p99"] + REPLY_TOKENS) // 8) * 8)
-    raise DataError(
+    return DataError(
         f"data.max_seq_len {max_seq_len} leaves no reply token in {where} (model '{model_name}'): the prompt, with "
         f"any system prompt the chat template adds, fills the first {max_seq_len} tokens, so those rows have "
         f"nothing to learn. The prompts before the first reply take {prompts['p50']:.0f} tokens at the median and "
