@@ -10,6 +10,7 @@ from typing import Any
 
 from finesweep.search.outputs.console import Console
 from finesweep.spaces import SweepConfig, Task
+from finesweep.spaces.files import CACHE_ENV, machine_cache
 
 
 @dataclass
@@ -86,14 +87,14 @@ def dequantize_gguf(config: SweepConfig, console: Console) -> SweepConfig:
 
     config = config.model_copy(update={"models": [gguf.from_lost_folder(m) for m in config.models]})
     gguf.check_gguf(config)
-    cache = gguf.machine_cache()
+    cache = machine_cache()
     models = []
     for candidate in config.models:
         if candidate.gguf_file and candidate.name in config.model_names:
             found = gguf.cached_folder(gguf.gguf_path(candidate), cache)
             if found is None:
                 console.step(f"Dequantizing GGUF candidate {candidate.name} ({candidate.gguf_file}) into {cache} "
-                             f"(once per file on this machine; {gguf.CACHE_ENV} sets the folder)")
+                             f"(once per file on this machine; {CACHE_ENV} sets the folder)")
             candidate = gguf.dequantized_candidate(candidate, cache, found)  # found: no second read of the file
             size = gguf.folder_bytes(Path(candidate.path)) / 2**20
             console.step(f"GGUF candidate {candidate.name}: {'reusing ' if found else ''}its dequantized copy "

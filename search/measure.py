@@ -19,12 +19,16 @@ from finesweep.spaces import Method, SweepConfig, SweepFileError
 def measure_memory(config: SweepConfig, folder: SweepFolder, device: Device, precisions: list[str],
                    data: PreparedSweep, console: Console) -> dict[str, Any]:
     """The memory probe over the space's models, precisions and methods (cached by content), printed."""
-    from finesweep.search.probe.table import probe_all
+    from finesweep.search.probe.table import machine_probe_file, probe_all
 
     console.step("Probing memory: largest micro-batch per model, precision and method")
     labels = len(data.prepared.label_names or []) or 2
-    results = probe_all(config, device, precisions, data.max_seq_len, labels, folder.probe_file)
+    cache = machine_probe_file()
+    results = probe_all(config, device, precisions, data.max_seq_len, labels, cache, folder.probe_file)
     console.probe_table(results)
+    if reused := sum(r.reused for r in results.values()):
+        console.step(f"Probe: {reused} of {len(results)} combinations measured by an earlier sweep on this machine, "
+                     f"read from {cache} (delete it to measure again)")
     return results
 
 

@@ -1,4 +1,4 @@
-"""The one way finesweep writes a state file: whole or not at all."""
+"""The one way finesweep writes a state file (whole or not at all), and where the machine's shared cache lives."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import uuid
 from pathlib import Path
 from typing import Any
+
+CACHE_ENV = "FINESWEEP_CACHE"  # the machine cache's folder, when set
 
 
 def write_json_atomic(path: Path, data: Any, indent: int | None = 2) -> None:
@@ -22,3 +24,12 @@ def write_json_atomic(path: Path, data: Any, indent: int | None = 2) -> None:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def machine_cache() -> Path:
+    """The cache every sweep on this machine shares: $FINESWEEP_CACHE, else $XDG_CACHE_HOME/finesweep, else
+    ~/.cache/finesweep. Its gguf/ folder holds the dequantized GGUF copies, probe/ the memory probe's answers;
+    deleting it (or one entry) only costs the next sweep the work again."""
+    if folder := os.environ.get(CACHE_ENV):
+        return Path(folder).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "finesweep"

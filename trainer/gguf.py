@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 GGUF_PACKAGE = "gguf>=0.10"  # transformers reads llama-family GGUF files with it (as in pyproject.toml)
 CACHE_VERSION = "1"  # change when the folder's layout or the way it is made changes: old entries are then not reused
 CACHE_SUBFOLDER = "gguf"
-CACHE_ENV = "FINESWEEP_CACHE"  # the machine cache's folder, when set
 LOCK_SUBFOLDER = "locks"  # beside gguf/, so that gguf/ holds the entries alone
 ORIGIN_FILE = "gguf-origin.json"  # written last: a folder that has it is complete
 
@@ -109,15 +108,6 @@ def from_lost_folder(candidate: ModelCandidate) -> ModelCandidate:
         return candidate
     fields = candidate.model_dump(exclude={"path", "gguf_origin"})
     return ModelCandidate.model_validate({**fields, "path": str(origin.parent), "gguf_file": origin.name})
-
-
-def machine_cache() -> Path:
-    """The cache every sweep on this machine shares: $FINESWEEP_CACHE, else $XDG_CACHE_HOME/finesweep, else
-    ~/.cache/finesweep. Its gguf/ folder holds the dequantized copies; deleting it (or one entry) only costs the
-    next sweep on that file its dequantizing again."""
-    if folder := os.environ.get(CACHE_ENV):
-        return Path(folder).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "finesweep"
 
 
 def cached_folder(source: Path, cache_root: Path) -> Path | None:

@@ -18,12 +18,14 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Callable
 
+from filelock import FileLock
+
 from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, fastest_batch, find_eval_batch,
                                                  find_max_micro_batch, throughput_candidates)
 from finesweep.search.probe.device import Device, busy_cores, contended
 from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import SweepConfig, parse_bytes
-from finesweep.spaces.files import write_json_atomic
+from finesweep.spaces.files import machine_cache, write_json_atomic
 from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ class ProbeResult:
     alternative: dict[str, Any] | None = None  # the plan measured and not chosen (resources.gradient_checkpointing: auto)
     too_slow: str | None = None  # the probe stopped after one attempt: far slower than another combination
     busy_cores: float | None = None  # cores other work kept busy as the probe started (a CPU device; see busy_cores)
+    reused: bool = False  # read from the machine's cache: an earlier sweep on this machine measured it
 
     @property
     def key(self) -> str:
@@ -95,12 +98,16 @@ def memory_budget(config: SweepConfig, device: Device) -> int:
 
 
 def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_len: int,
-              num_labels: int, cache_file: Path) -> dict[str, ProbeResult]:
-    """Probe every combination the space can sample; results are cached in `cache_file` by what they depend on."""
+              num_labels: int, cache_file: Path, record_file: Path | None = None) -> dict[str, ProbeResult]:
+    """Probe every combination the space can sample; results are cached in `cache_file` by what they depend on
+    (the machine's cache: a later sweep on this machine with the same model, precision, method, length, batches,
+    memory budget, threads and libraries reads them instead of probing again), and the answers this sweep used
+    are also written to `record_file` (the sweep folder's own record)."""
     cap = config.resources.max_micro_batch or max(config.space.effective_batch_size)
     threads = int(config.resources.cpus_per_trial)
     prober = _CachedProber(ProbeWorker(device, threads=threads), device, memory_budget(config, device), cap,
-                           config.resources.micro_batch, cache_file, config.search.min_relative_speed, threads)
+                           config.resources.micro_batch, cache_file, config.search.min_relative_speed, threads,
+                           record_file=record_file)
     results: dict[str, ProbeResult] = {}
     try:
         for model in config.model_names:
@@ -130,18 +137,22 @@ class _CachedProber:
     min_relative_speed: float  # search.min_relative_speed: below it, a combination is too slow to probe further
     threads: int = 1  # resources.cpus_per_trial: the probe's (and each trial's) threads
     fastest: dict[tuple[str, int], tuple[float, str]] = field(default_factory=dict)  # (model, batch) -> samples/s, key
+    record_file: Path | None = None  # the sweep's own copy of the answers it used (cache_file is the machine's)
 
     def measure(self, base: ProbeRequest, checkpointing: bool) -> ProbeResult:
         request = replace(base, gradient_checkpointing=checkpointing)
-        cached = _read_cache(self.cache_file)
-        fingerprint = _fingerprint(request, self.device, self.budget)
-        busy = self._measured_under_load(cached.get(fingerprint))
-        if fingerprint not in cached or busy is not None:
+        fingerprint = _fingerprint(request, self.device, self.budget, self.threads)
+        entry = _read_cache(self.cache_file).get(fingerprint)
+        busy = self._measured_under_load(entry)
+        reused = entry is not None and busy is None
+        if not reused:
             result = _probe_one(self.worker, request, request.candidate["name"], self.cap, self.budget, self.device,
                                 self.too_slow)
-            cached[fingerprint] = asdict(replace(result, busy_cores=busy))
-            _write_cache(self.cache_file, cached)
-        result = ProbeResult(**cached[fingerprint]).choose(self.policy)
+            entry = asdict(replace(result, busy_cores=busy))
+            _add_to_cache(self.cache_file, fingerprint, entry)
+        if self.record_file is not None:
+            _add_to_cache(self.record_file, fingerprint, entry)
+        result = replace(ProbeResult(**entry), reused=reused).choose(self.policy)
         self._remember(result)
         return result
 
@@ -236,18 +247,37 @@ def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, bu
                        gradient_checkpointing=base.gradient_checkpointing, too_slow=search.too_slow)
 
 
-def _fingerprint(request: ProbeRequest, device: Device, budget: int) -> str:
-    """What a probe result depends on: the model, how it trains, the device and the libraries measuring it."""
-    return json.dumps({"candidate": request.candidate, "task": request.task, "labels": request.num_labels,
+def _fingerprint(request: ProbeRequest, device: Device, budget: int, threads: int) -> str:
+    """What a probe result depends on: the model (its files as they are now), how it trains, the device, the threads
+    timing it and the libraries measuring it."""
+    return json.dumps({"candidate": request.candidate, "files": model_files(request.candidate.get("path")),
+                       "task": request.task, "labels": request.num_labels,
                        "precision": request.precision, "method": request.method, "seq_len": request.seq_len,
-                       "lora_r": request.lora_r, "checkpointing": request.gradient_checkpointing, "cap": request.batch, "device": [device.kind, device.name, device.total_memory],
+                       "lora_r": request.lora_r, "checkpointing": request.gradient_checkpointing, "cap": request.batch,
+                       "device": [device.kind, device.name, device.total_memory], "threads": threads,
                        "budget": budget, "margin": SAFETY_MARGIN, "seeds": SEED_BATCHES,
                        "torch": version("torch"), "transformers": version("transformers")}, sort_keys=True)
+
+
+def model_files(path: str | None) -> list[tuple[str, int, int]] | None:
+    """A local model folder's files by name, size and modification time: a model saved again at the same path is
+    another model to the cache. None for a hub model (its revision, in the candidate, names it)."""
+    if not path or not Path(path).is_dir():
+        return None
+    return sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in Path(path).iterdir() if f.is_file())
+
+
+def machine_probe_file() -> Path:
+    """The probe's answers every sweep on this machine shares (in the machine cache; see spaces/files.py)."""
+    return machine_cache() / "probe" / "probe.json"
 
 
 def _read_cache(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _write_cache(path: Path, cached: dict[str, Any]) -> None:
-    write_json_atomic(path, cached, indent=1)
+def _add_to_cache(path: Path, fingerprint: str, entry: dict[str, Any]) -> None:
+    """One answer added to a cache file, read again under a lock so that two sweeps probing at once keep both."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path.with_name(path.name + ".lock"))):
+        write_json_atomic(path, {**_read_cache(path), fingerprint: entry}, indent=1)

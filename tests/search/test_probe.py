@@ -185,6 +185,37 @@ def test_probe_all_caches_by_what_the_answer_depends_on(tmp_path, monkeypatch):
     assert [len(w.batches) > 0 for w in workers] == [True, False, True, True]
 
 
+def test_a_later_sweep_on_this_machine_reuses_the_probe_unless_the_model_files_or_threads_changed(tmp_path, monkeypatch):
+    """The machine's cache is shared by every sweep; each sweep folder keeps a record of the answers it used."""
+    workers: list[ScriptedWorker] = []
+
+    def new_worker(device, threads):
+        workers.append(ScriptedWorker(linear, seconds=lambda b: 1.0))
+        return workers[-1]
+
+    monkeypatch.setattr(probe_module, "ProbeWorker", new_worker)
+    monkeypatch.setattr(probe_module, "busy_cores", lambda: 0.0)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights")
+    machine = tmp_path / "machine" / "probe.json"
+
+    def sweep(name: str, cpus: int = 1) -> ProbeResult:
+        config = SweepConfig.model_validate({**yaml.safe_load(CONFIG % "fastest"), "models": [
+            {"name": "m", "path": str(model)}], "resources": {"memory_budget": "300MiB", "cpus_per_trial": cpus}})
+        record = tmp_path / name / "probe.json"
+        result = probe_all(config, Device("cpu", "test-cpu", 8 * 2**30), ["fp32"], 32, 2, machine, record)["m|fp32|full"]
+        assert list(json.loads(record.read_text()).values())[0]["max_micro_batch"] == result.max_micro_batch
+        return result
+
+    assert not sweep("first").reused
+    assert sweep("second").reused and workers[-1].batches == [], "another sweep read the machine's cache"
+    assert not sweep("two-threads", cpus=2).reused, "speeds timed with one thread say nothing of two"
+    (model / "model.safetensors").write_bytes(b"other weights")
+    assert not sweep("saved-again").reused, "a model saved again at the same path is another model"
+    assert len(json.loads(machine.read_text())) == 3
+
+
 def test_speeds_measured_under_load_are_warned_about_and_measured_again_once_the_machine_is_quieter(
         tmp_path, monkeypatch, caplog):
     workers: list[ScriptedWorker] = []
