@@ -272,6 +272,7 @@ class ExploitConfig(_Section):
     not only the best configuration (scikit-learn's refit, AutoGluon's refit_full, PBT's survivors)."""
 
     share: float = Field(0.4, ge=0, le=0.9, description="Fraction of search.time_budget_minutes kept for the winner after the search (the search gets the rest, and whatever it leaves unspent goes to the winner too); 0 = off. Needs a time budget.")
+    evaluations: int = Field(3, ge=1, description="Evaluations (each with its checkpoint) the winner's further training makes, its last one included: it is judged at its end, and the ones before are what a crash keeps. The trials evaluate every search.eval_every_steps, for ASHA; each evaluation is a validation pass and a save the winner would rather train in.")
     start: Literal["checkpoint", "scratch"] = Field("checkpoint", description="checkpoint: the winning trial goes on from its latest checkpoint with every core the search used, its learning rate re-drawn as if it had been planned to end with the budget (warm restart), decaying to zero at the end; scratch: its configuration trains again from step 0 for the remaining time (benchmarks/README.md compares the two).")
 
     def seconds(self, time_budget_minutes: float | None) -> float:

@@ -24,6 +24,7 @@ class Exploitation:
     provisional_steps: int  # the steps it expects to end at, until it has timed its own (trainer/schedule.py)
     finish_by: float  # time.time() by which it has trained, evaluated and saved its last step
     evaluation_seconds: float  # an evaluation's expected cost, until it has measured one
+    eval_every_steps: int = 0  # steps between its evaluations (fewer than the trials'); 0: the trials' own
 
 
 @dataclass(frozen=True)
