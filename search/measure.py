@@ -101,10 +101,13 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
 
 def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str, Any],
                    console: Console) -> tuple[SweepConfig, list[str]]:
-    """Precisions and methods far slower than the alternatives on this machine leave the space (search.min_relative_speed)."""
-    from finesweep.search.probe.steer import slow_values, without
+    """Precisions and methods far slower than the alternatives on this machine leave the space
+    (search.min_relative_speed), and so does a reduced precision slower than fp32."""
+    from finesweep.search.probe.steer import dominated_precisions, slow_values, without
 
     removals = slow_values(probes, config.search.min_relative_speed)
+    removals += [r for r in dominated_precisions(probes) if (r.dimension, r.value) not in
+                 {(kept.dimension, kept.value) for kept in removals}]
     for removal in removals:
         console.warn(f"{removal.dimension} {removal.value} removed from the space: {removal.reason}")
     if not removals:

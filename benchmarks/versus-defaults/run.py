@@ -162,9 +162,12 @@ def check_nothing_dropped(folder: Path, cache: Path) -> dict[str, int]:
 
 
 def timed(command: list[str], log: Path) -> tuple[float, str]:
-    """Wall seconds of a command's whole life, and its stdout; its output goes to `log`, a failure stops the run."""
+    """Wall seconds of a command's whole life, and its stdout; its output goes to `log`, a failure stops the run.
+    Each command gets a machine cache of its own (FINESWEEP_CACHE): a sweep arm probes as a first sweep on this
+    machine does, never reading what an earlier arm measured."""
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "FINESWEEP_CACHE": str(log.with_suffix(".machine-cache"))}
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environment)
     seconds = round(time.perf_counter() - started, 1)
     log.write_text(done.stdout + done.stderr)
     if done.returncode != 0:

@@ -13,6 +13,7 @@ from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import Method, SweepConfig
 
 DIMENSIONS = ("precision", "method")
+FULL_PRECISION = "fp32"
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,25 @@ def slow_values(probes: dict[str, ProbeResult], fraction: float) -> list[Removal
                 removals.append(Removal(dimension, value,
                                         f"the probe measured it at {worst} the samples/s of the fastest combination "
                                         f"(below search.min_relative_speed {fraction:g})"))
+    return removals
+
+
+def dominated_precisions(probes: dict[str, ProbeResult]) -> list[Removal]:
+    """Reduced precisions (bf16, fp16) that train slower than fp32 for every candidate model measured in both: the
+    same steps, less precisely, in more time. Mixed precision buys speed or memory, not accuracy; the probe's
+    samples/s are at each precision's own fastest micro-batch, so a larger batch that only it fits is counted, and a
+    model whose fp32 fits no micro-batch at all keeps it. (bf16 on a CPU without bf16 instructions: 0.4x fp32 on an
+    AVX-512 CPU without them, 0.14x on an AVX2 one, above or below search.min_relative_speed alike.)"""
+    speed = {(r.model, r.precision, r.method): r.samples_per_second for r in probes.values()}
+    removals = []
+    for precision in sorted({r.precision for r in probes.values()} - {FULL_PRECISION}):
+        ratios = {(model, method): value / speed[(model, FULL_PRECISION, method)]
+                  for (model, kind, method), value in speed.items()
+                  if kind == precision and speed.get((model, FULL_PRECISION, method), 0) > 0}
+        if ratios and all(ratio < 1 for ratio in ratios.values()):
+            slowest = ", ".join(f"{model} {method} {ratio:.2f}x" for (model, method), ratio in ratios.items())
+            removals.append(Removal("precision", precision, f"it trains slower than fp32 here ({slowest} fp32's "
+                                    "samples/s), and mixed precision buys speed, not accuracy"))
     return removals
 
 

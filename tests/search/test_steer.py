@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from finesweep.search.probe.steer import slow_values, without
+from finesweep.search.probe.steer import dominated_precisions, slow_values, without
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
 
@@ -31,6 +31,23 @@ def test_bf16_faster_where_the_cpu_has_it_stays():
     probes = _table({("l6", "fp32", "full"): 21.6, ("l6", "bf16", "full"): 34.4})
     assert ("precision", "bf16") not in {(r.dimension, r.value) for r in slow_values(probes, 1 / 3)}
     assert slow_values(probes, 0.5) == [], "fp32 at 0.63x the fastest is within a half"
+
+
+def test_a_reduced_precision_slower_than_fp32_for_every_model_leaves_the_space_however_close():
+    # An AVX-512 CPU without bf16 instructions: bf16 0.4x fp32, above min_relative_speed's third.
+    probes = _table({("l6", "fp32", "full"): 15.1, ("l6", "bf16", "full"): 6.1,
+                     ("l3", "fp32", "full"): 28.0, ("l3", "bf16", "full"): 11.0})
+    assert slow_values(probes, 1 / 3) == []
+    removals = dominated_precisions(probes)
+    assert [(r.dimension, r.value) for r in removals] == [("precision", "bf16")]
+    assert "l6 full 0.40x" in removals[0].reason and "l3 full 0.39x" in removals[0].reason
+    faster_for_one = _table({("l6", "fp32", "full"): 15.1, ("l6", "bf16", "full"): 6.1,
+                             ("l3", "fp32", "full"): 10.0, ("l3", "bf16", "full"): 11.0})
+    assert dominated_precisions(faster_for_one) == [], "faster for one model: it stays"
+    no_fp32_fit = {**_table({("l6", "bf16", "full"): 6.1}), "l6|fp32|full": ProbeResult(
+        model="l6", precision="fp32", method="full", seq_len=64, device="cpu", budget_bytes=1, max_micro_batch=0)}
+    assert dominated_precisions(no_fp32_fit) == [], "where only bf16 fits, it stays"
+    assert dominated_precisions(_table({("l6", "bf16", "full"): 6.1})) == [], "no fp32 measured: nothing to compare"
 
 
 def test_a_value_slow_for_one_model_only_stays_and_zero_keeps_everything():
