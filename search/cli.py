@@ -190,7 +190,7 @@ def plan(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
 
 
 @app.command()
-def schema(markdown: bool = typer.Option(False, "--markdown", help="Print the reference table (as in the README) instead.")) -> None:
+def schema(markdown: bool = typer.Option(False, "--markdown", help="Print the reference table (as in docs/sweep-file.md) instead.")) -> None:
     """Print the JSON Schema of the sweep file (point your editor's YAML support at it)."""
     if markdown:
         from finesweep.spaces.reference import markdown_reference
@@ -329,7 +329,7 @@ def ui(sweep: Path = SweepArg, port: int = typer.Option(5000, help="Port of the 
 
 @app.command(name="export")
 def export_command(sweep: Path = SweepArg,
-                   quantize: str = typer.Option("", help="Comma-separated: none, int8, nf4 (default: the sweep file's)."),
+                   quantize: str = typer.Option("", help="Comma-separated variants as export.quantization names them (int8, nf4, onnx-int8, ...: `finesweep schema --markdown` lists all); default: the sweep file's."),
                    out: Optional[Path] = typer.Option(None, help="Export folder (default: the sweep file's)."),
                    verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Export a finished sweep's best checkpoint again: other quantizations, another folder."""

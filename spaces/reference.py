@@ -1,4 +1,4 @@
-"""The sweep file's reference as Markdown, generated from the schema so the README never drifts from it."""
+"""The sweep file's reference as Markdown, generated from the schema so docs/sweep-file.md never drifts from it."""
 
 from __future__ import annotations
 

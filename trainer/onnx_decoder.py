@@ -8,7 +8,7 @@ dynamic. ONNX Runtime's `MatMulNBitsQuantizer` then stores every linear layer's 
 input features, and computes with int8 activations quantized per block (`accuracy_level` 4): the path ONNX
 Runtime's own LLM tooling takes. Why not `quantize_dynamic`, as for the classifier: it quantizes each activation
 tensor with one scale, and an LLM's activations have outlier features; measured on SmolLM2-135M it raised the
-test perplexity by 84% (benchmarks/quantize/README.md), blockwise int8 not at all.
+test perplexity by 84% (benchmarks/README.md, "The LLM example's model"), blockwise int8 not at all.
 
 The folder holds model.onnx with its weights beside it (model.onnx.data), export.json (the exporter's manifest, so
 `transformers.exporters.ExportedModel.from_pretrained` opens it too), config.json, generation_config.json and the
