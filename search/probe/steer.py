@@ -9,11 +9,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from finesweep.search.probe.table import ProbeResult
+from finesweep.search.probe.table import FULL_PRECISION, ProbeResult
 from finesweep.spaces import Method, SweepConfig
 
 DIMENSIONS = ("precision", "method")
-FULL_PRECISION = "fp32"
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from finesweep.spaces.files import machine_cache, write_json_atomic
 from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest
 
 log = logging.getLogger(__name__)
+FULL_PRECISION = "fp32"  # what a reduced precision (bf16, fp16) is judged against: it must train faster to be worth it
 
 
 @dataclass
@@ -111,7 +112,7 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
     results: dict[str, ProbeResult] = {}
     try:
         for model in config.model_names:
-            for precision in precisions:
+            for precision in sorted(precisions, key=lambda p: p != FULL_PRECISION):  # fp32 first: others are judged by it
                 for method in (m.value for m in config.space.method):
                     base = ProbeRequest(candidate=config.candidate(model).model_dump(), task=config.data.task.value,
                                         num_labels=num_labels, precision=precision, method=method, seq_len=seq_len,
@@ -138,6 +139,7 @@ class _CachedProber:
     threads: int = 1  # resources.cpus_per_trial: the probe's (and each trial's) threads
     fastest: dict[tuple[str, int], tuple[float, str]] = field(default_factory=dict)  # (model, batch) -> samples/s, key
     record_file: Path | None = None  # the sweep's own copy of the answers it used (cache_file is the machine's)
+    full_precision: dict[tuple[str, str, int], float] = field(default_factory=dict)  # (model, method, batch) -> fp32's
 
     def measure(self, base: ProbeRequest, checkpointing: bool) -> ProbeResult:
         request = replace(base, gradient_checkpointing=checkpointing)
@@ -147,7 +149,7 @@ class _CachedProber:
         reused = entry is not None and busy is None
         if not reused:
             result = _probe_one(self.worker, request, request.candidate["name"], self.cap, self.budget, self.device,
-                                self.too_slow)
+                                functools.partial(self.too_slow, precision=request.precision, method=request.method))
             entry = asdict(replace(result, busy_cores=busy))
             _add_to_cache(self.cache_file, fingerprint, entry)
         if self.record_file is not None:
@@ -172,21 +174,33 @@ class _CachedProber:
                         "measures them again when the machine is quieter.", busy, os.cpu_count() or 1, self.threads)
         return busy
 
-    def too_slow(self, attempt: ProbeAttempt, model: str) -> str | None:
+    def too_slow(self, attempt: ProbeAttempt, model: str, precision: str = FULL_PRECISION,
+                 method: str = "") -> str | None:
         """Why a combination's first attempt says it trains too slowly to be worth probing further: below
-        min_relative_speed x the samples/s another combination of the same model reached at the same batch."""
-        best, key = self.fastest.get((model, attempt.batch), (0.0, ""))
-        if attempt.samples_per_second <= 0 or attempt.samples_per_second >= self.min_relative_speed * best:
+        min_relative_speed x the samples/s another combination of the same model reached at the same batch, or a
+        reduced precision slower than fp32 at the same batch and method (steer.dominated_precisions drops it)."""
+        if attempt.samples_per_second <= 0:
             return None
-        return (f"{attempt.samples_per_second:.2f} samples/s at micro-batch {attempt.batch}, against {best:.2f} for "
-                f"{key}")
+        best, key = self.fastest.get((model, attempt.batch), (0.0, ""))
+        if attempt.samples_per_second < self.min_relative_speed * best:
+            return (f"{attempt.samples_per_second:.2f} samples/s at micro-batch {attempt.batch}, against {best:.2f} "
+                    f"for {key}")
+        full = self.full_precision.get((model, method, attempt.batch), 0.0)
+        if precision != FULL_PRECISION and attempt.samples_per_second < full:
+            return (f"{attempt.samples_per_second:.2f} samples/s at micro-batch {attempt.batch}, slower than fp32's "
+                    f"{full:.2f}")
+        return None
 
     def _remember(self, result: ProbeResult) -> None:
         for attempt in result.attempts:
             speed = attempt["batch"] / attempt["seconds_per_step"] if attempt.get("seconds_per_step") else 0.0
             place = (result.model, attempt["batch"])
-            if attempt.get("mode", "train") == "train" and speed > self.fastest.get(place, (0.0, ""))[0]:
+            if attempt.get("mode", "train") != "train":
+                continue
+            if speed > self.fastest.get(place, (0.0, ""))[0]:
                 self.fastest[place] = (speed, result.key)
+            if result.precision == FULL_PRECISION:
+                self.full_precision[(result.model, result.method, attempt["batch"])] = speed
 
 
 def checkpointing_plan(measured: Callable[[bool], ProbeResult], setting: str, cap: int) -> ProbeResult:

@@ -110,3 +110,24 @@ def test_a_combination_far_slower_than_one_already_measured_stops_after_its_firs
     assert bf16.too_slow.startswith("0.71 samples/s at micro-batch 4, against 5.00 for l6|fp32|full")
     assert bf16.micro_batch == 4 and bf16.eval_batch_size == 4 and abs(bf16.samples_per_second - 0.714) < 0.01
     assert [(r.dimension, r.value) for r in slow_values({"a": fp32, "b": bf16}, 1 / 3)] == [("precision", "bf16")]
+
+
+def test_a_reduced_precision_slower_than_fp32_stops_after_its_first_attempt_and_a_faster_one_is_probed_whole(tmp_path):
+    """bf16 at 0.4x fp32 (an AVX-512 CPU without bf16 instructions) is above min_relative_speed's third, but slower
+    than fp32: one attempt, and the space drops it. Where bf16 is faster (AVX-512 bf16) it is probed in full."""
+    from finesweep.search.probe.device import Device
+    from finesweep.search.probe.table import _CachedProber
+    from finesweep.trainer.probe_step import ProbeRequest
+
+    base = ProbeRequest(candidate={"name": "l6", "path": "m"}, task="classification", num_labels=3, precision="fp32",
+                        method="full", seq_len=64, batch=32)
+    for bf16_seconds, stopped in ((0.5, True), (0.12, False)):
+        worker = _TimedWorker({"fp32": 0.2, "bf16": bf16_seconds})
+        prober = _CachedProber(worker, Device("cpu", "test", 2**34), 2**33, 32, "fastest",
+                               tmp_path / f"probe-{bf16_seconds}.json", 1 / 3)
+        fp32 = prober.measure(base, False)
+        asked_for_fp32 = len(worker.asked)
+        bf16 = prober.measure(ProbeRequest(**{**base.__dict__, "precision": "bf16"}), False)
+        assert (worker.asked[asked_for_fp32:] == [("bf16", 4, "train")]) is stopped
+        assert (bf16.too_slow == "2.00 samples/s at micro-batch 4, slower than fp32's 5.00") is stopped
+        assert bool(dominated_precisions({"a": fp32, "b": bf16})) is stopped
