@@ -267,17 +267,34 @@ class BaselineRecipe(_Section):
     lora_alpha: int = Field(16, ge=1, description="lora and qlora: twice the rank, the usual pairing (peft's own default is 8).")
 
 
+AUTO_SHARE_UNPLANNED = 0.4  # search.exploit.share auto where the plan measured nothing to resolve it from
+MAX_SHARE = 0.9
+
+
 class ExploitConfig(_Section):
     """After the search, the rest of a time budget trains the winner further: the budget buys the best final model,
     not only the best configuration (scikit-learn's refit, AutoGluon's refit_full, PBT's survivors)."""
 
-    share: float = Field(0.4, ge=0, le=0.9, description="Fraction of search.time_budget_minutes kept for the winner after the search (the search gets the rest, and whatever it leaves unspent goes to the winner too); 0 = off. Needs a time budget.")
+    share: Literal["auto"] | float = Field("auto", description="Fraction of search.time_budget_minutes kept for the winner after the search (the search gets the rest, and whatever it leaves unspent goes to the winner too); 0 = off. Needs a time budget. auto: from the passes over the training split the budget pays for at the probe's measured speed, 0.75 at one pass or fewer (the final model has not yet seen the data once: training it matters more than comparing recipes) down to 0.4 at four or more (BERT's fine-tuning grid ends at 4 epochs: past it, more training buys little), linear between; 0.4 where nothing was measured.")
     evaluations: int = Field(3, ge=1, description="Evaluations (each with its checkpoint) the winner's further training makes, its last one included: it is judged at its end, and the ones before are what a crash keeps. The trials evaluate every search.eval_every_steps, for ASHA; each evaluation is a validation pass and a save the winner would rather train in.")
     start: Literal["checkpoint", "scratch"] = Field("checkpoint", description="checkpoint: the winning trial goes on from its latest checkpoint with every core the search used, its learning rate re-drawn as if it had been planned to end with the budget (warm restart), decaying to zero at the end; scratch: its configuration trains again from step 0 for the remaining time (benchmarks/README.md compares the two).")
 
+    @field_validator("share")
+    @classmethod
+    def _a_fraction(cls, value: float | str) -> float | str:
+        if value != "auto" and not 0 <= value <= MAX_SHARE:
+            raise ValueError(f"`0 <= share <= {MAX_SHARE}` must hold (the trials need some of the budget), but got "
+                             f"{value:g}; write a fraction such as 0.4, 0 to turn it off, or auto")
+        return value
+
+    @property
+    def fraction(self) -> float:
+        """The share as a number: the plan resolves auto (search/probe/plan.py); unplanned, the fixed default."""
+        return AUTO_SHARE_UNPLANNED if self.share == "auto" else self.share
+
     def seconds(self, time_budget_minutes: float | None) -> float:
         """Seconds of the time budget kept for the winner (0 without a time budget)."""
-        return self.share * time_budget_minutes * 60 if time_budget_minutes else 0.0
+        return self.fraction * time_budget_minutes * 60 if time_budget_minutes else 0.0
 
 
 class SearchConfig(_Section):

@@ -29,6 +29,7 @@ from finesweep.search.probe.export_time import export_seconds
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
+from finesweep.spaces.config import AUTO_SHARE_UNPLANNED
 
 # Fixed costs the probe does not measure; taken from this project's CPU runs (benchmarks/README.md compares the
 # plan's predicted end with the real one). A trial starts: a Ray worker, transformers' import (a reused worker
@@ -41,6 +42,9 @@ RAY_START_SECONDS = 8.0  # a local Ray's start and Tune's set-up before the firs
 BUDGET_MARGIN = 0.05
 FORWARD_SPEEDUP = 3.0  # evaluation speed when the probe could not measure it: a forward pass, no backward
 SIMULATIONS = 31  # seeded runs of the search; the plan reports their median
+# search.exploit.share auto (auto_share): the winner's share at few and at many passes over the training split.
+AUTO_SHARE_FEW_PASSES, AUTO_SHARE_MANY_PASSES = 0.75, AUTO_SHARE_UNPLANNED
+AUTO_SHARE_PASSES = (1.0, 4.0)  # at or below the first, the first share; at or above the second, the second
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ class SearchPlan:
     period_seconds: float | None = None  # allotted in time: every evaluation period lasts this long
     samples_per_evaluation: dict[str, int] = field(default_factory=dict)  # per combination, when allotted in time
     exploitation_seconds: float = 0.0  # after the trials, the winner trains this long (search.exploit)
+    exploit_share: float | None = None  # search.exploit.share as planned (auto resolved)
 
     def steps_per_evaluation(self, times: CombinationTimes) -> float:
         """Optimizer steps between evaluations at the space's mean effective batch."""
@@ -125,7 +130,7 @@ class SearchPlan:
                 "eval_every_steps": self.eval_every_steps, "concurrency": self.concurrency, "budget": self.budget,
                 "search_seconds": round(self.search_seconds, 1), "export_seconds": round(self.export_seconds, 1),
                 "exploration_seconds": round(self.search_seconds - self.exploitation_seconds, 1),
-                "exploitation_seconds": round(self.exploitation_seconds, 1),
+                "exploitation_seconds": round(self.exploitation_seconds, 1), "exploit_share": self.exploit_share,
                 "simulated": vars(self.simulated), "notes": self.notes, "period_seconds": self.period_seconds,
                 "samples_per_evaluation": self.samples_per_evaluation,
                 "combinations": {c.key: {"seconds_per_step": round(c.seconds_per_step, 4),
@@ -326,6 +331,10 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                                      train_rows, config.data.group_by_length)
     if not combinations:
         return None
+    auto_note = ""
+    if search.exploit.share == "auto" and search.time_budget_minutes:
+        share, auto_note = auto_share(combinations, search.time_budget_minutes * 60, train_rows, concurrency)
+        search = search.model_copy(update={"exploit": search.exploit.model_copy(update={"share": share})})
     time_budget = search.exploration_seconds  # the trials' share: the rest trains the winner (search.exploit)
     schedule = Schedule(search.max_steps // search.eval_every_steps)
     if search.fit_to_budget:
@@ -361,12 +370,31 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
         simulated = runs(can_start)
     plan.simulated = sorted(simulated, key=lambda run: (run.seconds, run.started))[len(simulated) // 2]
     plan.exploitation_seconds = search.exploit.seconds(search.time_budget_minutes)
+    plan.exploit_share = search.exploit.fraction
     plan.search_seconds = RAY_START_SECONDS + plan.simulated.seconds + plan.exploitation_seconds
     if plan.exploitation_seconds:
         plan.notes.append(f"the search's budget split: {time_budget:.0f} s for the trials, then "
-                          f"{plan.exploitation_seconds:.0f} s for the winner (search.exploit.share {search.exploit.share:g}, from its "
+                          f"{plan.exploitation_seconds:.0f} s for the winner (search.exploit.share "
+                          f"{search.exploit.fraction:.2f}{auto_note}; from its "
                           f"{'latest checkpoint' if search.exploit.start == 'checkpoint' else 'step 0'}, with every core)")
     return plan
+
+
+def auto_share(combinations: list[CombinationTimes], budget_seconds: float, train_rows: int,
+               concurrency: int) -> tuple[float, str]:
+    """search.exploit.share auto: the winner's share of a time budget from the passes over the training split the
+    budget pays for (the combinations' mean measured samples/s, `concurrency` trials at once), and the words that
+    say so. A budget of one pass or fewer goes mostly to the winner: its model has not seen the data once, and more
+    training is worth more than a finer comparison of recipes; from four passes on (BERT's fine-tuning grid ends at
+    4 epochs, past which more training buys little) the search keeps its default share."""
+    speed = statistics.fmean(c.samples_per_second for c in combinations) * max(concurrency, 1)
+    if train_rows < 1 or speed <= 0:
+        return AUTO_SHARE_UNPLANNED, " (auto: no training speed measured)"
+    passes = budget_seconds * speed / train_rows
+    low, high = AUTO_SHARE_PASSES
+    weight = min(max((passes - low) / (high - low), 0.0), 1.0)
+    share = round(AUTO_SHARE_FEW_PASSES + weight * (AUTO_SHARE_MANY_PASSES - AUTO_SHARE_FEW_PASSES), 2)
+    return share, f", auto: the budget pays for {passes:.1f} passes over the {train_rows:,} training rows"
 
 
 def _budget_words(config: SweepConfig) -> str:
@@ -381,5 +409,8 @@ def _budget_words(config: SweepConfig) -> str:
 
 def apply(config: SweepConfig, plan: SearchPlan) -> SweepConfig:
     """The config with the planned trial length and number of trials."""
-    search = config.search.model_copy(update={"max_steps": plan.max_steps, "num_trials": plan.num_trials})
+    exploit = config.search.exploit.model_copy(update={"share": plan.exploit_share}) \
+        if plan.exploit_share is not None else config.search.exploit
+    search = config.search.model_copy(update={"max_steps": plan.max_steps, "num_trials": plan.num_trials,
+                                              "exploit": exploit})
     return config.model_copy(update={"search": search})
