@@ -57,6 +57,9 @@ class FinishByDeadline(TrainerCallback):
         self._evaluation_total = 0.0  # seconds spent evaluating and saving since the run began
 
     def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+        # A resumed Trainer takes its evaluation, save and logging steps from the checkpoint's state; this run keeps
+        # its own (a continuation evaluates less often than the trial it continues).
+        state.compute_steps(args, args.max_steps)
         self._began_at, self._began_step = self.clock(), state.global_step
         provisional = args.max_steps // OVERSHOOT
         self.end_step = max(provisional, state.global_step + 1)

@@ -22,6 +22,8 @@ class Args:
     max_steps: int
     eval_steps: int = EVERY
     warmup_steps: int = 0
+    save_steps: int = EVERY
+    logging_steps: int = 1
 
 
 class Clock:
@@ -130,3 +132,14 @@ def test_a_deadline_already_past_stops_at_the_first_step():
     end, _ = _run(FinishByDeadline(clock.now - 1, EVAL_SECONDS, clock=clock), _scheduler(100),
                   Args(max_steps=100 * OVERSHOOT), clock)
     assert end == 1
+
+
+def test_a_continuation_evaluates_at_its_own_cadence_not_the_one_its_checkpoint_recorded():
+    """A resumed Trainer reloads eval_steps and save_steps from the checkpoint's state (the trial's, every 10 steps);
+    the continuation evaluates every 40, as its own arguments say."""
+    clock, every = Clock(), 40
+    callback = FinishByDeadline(clock.now + 10_000, EVAL_SECONDS, restart=True, clock=clock)
+    state = TrainerState(global_step=200, eval_steps=EVERY, save_steps=EVERY, logging_steps=2)
+    callback.on_train_begin(Args(max_steps=600 * OVERSHOOT, eval_steps=every, save_steps=every), state,
+                            TrainerControl(), lr_scheduler=_scheduler(200))
+    assert (state.eval_steps, state.save_steps, state.logging_steps) == (every, every, 1)
