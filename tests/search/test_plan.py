@@ -421,3 +421,5 @@ def test_the_export_scores_at_full_precisions_measured_speed_where_the_probe_tim
     full, half = combination("a|fp32|full", 50.0), combination("a|bf16|full", 100.0)
     assert scoring(full, half) == pytest.approx(scoring(full))
     assert scoring(half) == pytest.approx(scoring(full) / 2)  # no fp32 measured: the fastest there is
+    shallow = combination("b|fp32|full", 100.0)
+    assert scoring(full, half, shallow) == pytest.approx(scoring(full)), "the slowest candidate's: it may win"
