@@ -27,6 +27,9 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
     won = baseline_trial["trial_id"] == origin(best)
     gain = _gain(winner[name], baseline[name], higher_is_better)
     said = sentence(name, winner[name], baseline[name], gain, higher_is_better, won, origin(best) != best["trial_id"])
+    if not won and (trained := _samples(best)) > (reference := _samples(baseline_trial)) > 0:
+        said += (f"; the baseline trained on {reference:,} samples inside the sweep's budget, the tuned model on "
+                 f"{trained:,}: part of the gain is the longer training")
     if untuned and name in untuned:
         said += f"; the untuned base model: test {name} {untuned[name]:.4g}"
     return {
@@ -36,6 +39,11 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
         "gain_unit": "points" if higher_is_better else "percent", "validation_gain": best["value"] - baseline_trial["value"],
         "baseline_won": won, "sentence": said, "untuned_test": quality(untuned, task) if untuned else None,
     }
+
+
+def _samples(pick: dict[str, Any]) -> int:
+    """Training samples behind a checkpoint: its step x its effective batch (0 when either is unknown)."""
+    return int(pick.get("step") or 0) * int((pick.get("params") or {}).get("effective_batch_size") or 0)
 
 
 def origin(best: dict[str, Any]) -> str:

@@ -118,6 +118,12 @@ def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_
     other = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.7405},
                     {**best, "trial_id": "c", "exploitation": {"source_trial": "b"}}, base)
     assert not other["baseline_won"] and "better than the baseline" in other["sentence"]
+    assert "samples" not in other["sentence"], "no batch known: no claim about the training"
+    longer = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.686},
+                     {**best, "trial_id": "c", "step": 1476, "params": {"effective_batch_size": 8}},
+                     {**base, "step": 172, "params": {"effective_batch_size": 8}})
+    assert longer["sentence"].endswith("; the baseline trained on 1,376 samples inside the sweep's budget, the tuned "
+                                       "model on 11,808: part of the gain is the longer training")
 
 
 def test_a_winner_on_the_edge_of_the_space_is_named_with_the_field_to_widen():
