@@ -25,11 +25,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from finesweep.search.probe.exploit_share import auto_share
 from finesweep.search.probe.export_time import export_seconds
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
-from finesweep.spaces.config import AUTO_SHARE_UNPLANNED
 
 # Fixed costs the probe does not measure; taken from this project's CPU runs (benchmarks/README.md compares the
 # plan's predicted end with the real one). A trial starts: a Ray worker, transformers' import (a reused worker
@@ -42,9 +42,6 @@ RAY_START_SECONDS = 8.0  # a local Ray's start and Tune's set-up before the firs
 BUDGET_MARGIN = 0.05
 FORWARD_SPEEDUP = 3.0  # evaluation speed when the probe could not measure it: a forward pass, no backward
 SIMULATIONS = 31  # seeded runs of the search; the plan reports their median
-# search.exploit.share auto (auto_share): the winner's share at few and at many passes over the training split.
-AUTO_SHARE_FEW_PASSES, AUTO_SHARE_MANY_PASSES = 0.75, AUTO_SHARE_UNPLANNED
-AUTO_SHARE_PASSES = (1.0, 4.0)  # at or below the first, the first share; at or above the second, the second
 
 
 @dataclass(frozen=True)
@@ -378,23 +375,6 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                           f"{search.exploit.fraction:.2f}{auto_note}; from its "
                           f"{'latest checkpoint' if search.exploit.start == 'checkpoint' else 'step 0'}, with every core)")
     return plan
-
-
-def auto_share(combinations: list[CombinationTimes], budget_seconds: float, train_rows: int,
-               concurrency: int) -> tuple[float, str]:
-    """search.exploit.share auto: the winner's share of a time budget from the passes over the training split the
-    budget pays for (the combinations' mean measured samples/s, `concurrency` trials at once), and the words that
-    say so. A budget of one pass or fewer goes mostly to the winner: its model has not seen the data once, and more
-    training is worth more than a finer comparison of recipes; from four passes on (BERT's fine-tuning grid ends at
-    4 epochs, past which more training buys little) the search keeps its default share."""
-    speed = statistics.fmean(c.samples_per_second for c in combinations) * max(concurrency, 1)
-    if train_rows < 1 or speed <= 0:
-        return AUTO_SHARE_UNPLANNED, " (auto: no training speed measured)"
-    passes = budget_seconds * speed / train_rows
-    low, high = AUTO_SHARE_PASSES
-    weight = min(max((passes - low) / (high - low), 0.0), 1.0)
-    share = round(AUTO_SHARE_FEW_PASSES + weight * (AUTO_SHARE_MANY_PASSES - AUTO_SHARE_FEW_PASSES), 2)
-    return share, f", auto: the budget pays for {passes:.1f} passes over the {train_rows:,} training rows"
 
 
 def _budget_words(config: SweepConfig) -> str:
