@@ -330,7 +330,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
         return None
     auto_note = ""
     if search.exploit.share == "auto" and search.time_budget_minutes:
-        share, auto_note = auto_share(combinations, search.time_budget_minutes * 60, train_rows, concurrency)
+        share, auto_note = auto_share(combinations, search.time_budget_minutes * 60, train_rows)
         search = search.model_copy(update={"exploit": search.exploit.model_copy(update={"share": share})})
     time_budget = search.exploration_seconds  # the trials' share: the rest trains the winner (search.exploit)
     schedule = Schedule(search.max_steps // search.eval_every_steps)

@@ -209,7 +209,7 @@ def test_the_winners_share_of_a_time_budget_is_not_the_trials_and_the_plan_shows
 
 
 def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passes_over_the_training_rows():
-    """Two trials at once at 24 and 48 samples/s (72 together): 5 minutes pay for 21,600 samples."""
+    """Candidates at 24 and 48 samples/s a trial, two at once: 5 minutes pay for 7,200 samples of the slowest one."""
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
     config = _config(time_budget_minutes=5, num_trials=50, max_steps=2000)
     assert config.search.exploit.share == "auto"
@@ -218,12 +218,12 @@ def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passe
         return planning.plan_search(config, probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2,
                                     train_rows=train_rows)
 
-    few, many, between = planned(21_600), planned(5_400), planned(8_640)  # 1, 4 and 2.5 passes
+    few, many, between = planned(7_200), planned(1_800), planned(2_880)  # 1, 4 and 2.5 passes
     assert (few.exploit_share, many.exploit_share, between.exploit_share) == (0.75, 0.4, 0.57)
     assert few.exploitation_seconds == pytest.approx(225) and planned(100_000).exploit_share == 0.75
-    assert planned(1_000).exploit_share == 0.4, "past four passes the search keeps its default share"
-    assert any("(search.exploit.share 0.75, auto: the budget pays for 1.0 passes over the 21,600 training rows"
-               in note for note in few.notes)
+    assert planned(600).exploit_share == 0.4, "past four passes the search keeps its default share"
+    assert any("(search.exploit.share 0.75, auto: the budget pays for 1.0 passes over the 7,200 training rows at "
+               "its slowest candidate's speed" in note for note in few.notes)
     assert planned(0).exploit_share == 0.4, "no training rows known: the unplanned default"
     applied = planning.apply(config, few)
     assert applied.search.exploit.share == 0.75 and applied.search.exploration_seconds == pytest.approx(75)
