@@ -2,58 +2,19 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from finesweep.spaces.units import parse_duration
-
+from finesweep.spaces.search_config import BaselineRecipe, SearchConfig
+from finesweep.spaces.sections import Method, Precision, Quantization, Section, Task
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 # data.chat_template values that name no file: any other value is a Jinja template file
 CHAT_TEMPLATE_SETTINGS = ("auto", "model", "none")
 
 
-class _Section(BaseModel):
-    """Base of every section: unknown keys are errors, so typos never pass silently."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Task(str, Enum):
-    classification = "classification"
-    causal_lm = "causal_lm"
-
-
-class Precision(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    bf16 = "bf16"
-
-
-class Method(str, Enum):
-    full = "full"
-    lora = "lora"
-    qlora = "qlora"  # LoRA on a base loaded in 4-bit NF4 (bitsandbytes)
-
-    @property
-    def has_adapter(self) -> bool:
-        """Whether the trial trains LoRA adapters (and samples lora_r and lora_alpha)."""
-        return self in (Method.lora, Method.qlora)
-
-
-class Quantization(str, Enum):
-    none = "none"
-    int8 = "int8"  # bitsandbytes LLM.int8
-    nf4 = "nf4"  # bitsandbytes 4-bit NormalFloat
-    torchao_int8 = "torchao-int8"  # torchao int8 weight-only: a CPU deployment path (optional extra `torchao`)
-    torchao_int4 = "torchao-int4"  # torchao int4 weight-only, bf16 activations (tinygemm kernels): a CUDA path
-    torchao_fp8 = "torchao-fp8"  # torchao float8 weights and dynamic float8 activations per row: CUDA, Ada/Hopper
-    onnx_int8 = "onnx-int8"  # ONNX Runtime int8 (a classifier: dynamic; a causal LM: weight blocks, with its cache)
-
-
-class SplitSizes(_Section):
+class SplitSizes(Section):
     """How many rows each split gets: fractions of the cleaned rows (< 1) or row counts (>= 1)."""
 
     train: float = Field(0.8, gt=0, description="Training split: a fraction (0-1) or a row count.")
@@ -79,7 +40,7 @@ class SplitSizes(_Section):
         return self
 
 
-class DataConfig(_Section):
+class DataConfig(Section):
     """Where the data is and how to read it."""
 
     path: str = Field(description="CSV, TSV, JSONL, Parquet file or datasets save_to_disk folder; relative to the sweep file, or pkg://package/inside/path.")
@@ -126,7 +87,7 @@ class DataConfig(_Section):
         return self
 
 
-class ModelCandidate(_Section):
+class ModelCandidate(Section):
     """One candidate model: a local folder, a hub id (online users), or a GGUF file."""
 
     name: str = Field(description="Short name used in the space, in MLflow and in the export.", pattern=NAME_PATTERN)
@@ -155,7 +116,7 @@ class ModelCandidate(_Section):
         return self
 
 
-class FloatRange(_Section):
+class FloatRange(Section):
     """A continuous dimension sampled between low and high."""
 
     low: float = Field(description="Smallest value.")
@@ -193,7 +154,7 @@ def _default_lr() -> FloatRange:
 FloatDim = Annotated[float | FloatRange, Field(union_mode="left_to_right")]
 
 
-class SpaceConfig(_Section):
+class SpaceConfig(Section):
     """The search space. A list is a categorical choice; {low, high} a range; a plain value is fixed."""
 
     learning_rate: FloatDim = Field(default_factory=_default_lr, description="Peak learning rate. Unset = a log-uniform range by method (full: 1e-5..2e-4, around the Trainer's 5e-5 and BERT's 2e-5..5e-5; lora, qlora: 5e-5..1e-3, around QLoRA's and peft's 2e-4; several methods: their union; sources in spaces/config.py).")
@@ -244,154 +205,7 @@ class SpaceConfig(_Section):
         return value
 
 
-class AshaConfig(_Section):
-    """Asynchronous successive halving on the intermediate evaluations."""
-
-    grace_period: int = Field(1, ge=1, description="Evaluations every trial gets before it can be stopped.")
-    reduction_factor: int = Field(3, ge=2, description="Keep the best 1/reduction_factor at each rung.")
-
-
-class BaselineRecipe(_Section):
-    """The recipe a user would run without finesweep. It trains as the sweep's first trial (never stopped early by
-    ASHA, at most one epoch, at most a trial's length), its best checkpoint is measured on the test split like the
-    winner's, and the export says how far the winner is from it. An unset field takes the defaults below."""
-
-    model: str | None = Field(None, description="Candidate the baseline trains; unset = the first of the space's models.")
-    method: Method | None = Field(None, description="Unset = full where the space has it, else the space's first method.")
-    precision: Precision | None = Field(None, description="Unset = fp32 (TrainingArguments' default); either way, where the probe dropped it, the first precision kept.")
-    learning_rate: float | None = Field(None, gt=0, description="Unset = 5e-5 for full fine-tuning (TrainingArguments' default), 2e-4 for lora and qlora (the QLoRA paper's rate, the common LoRA recipe).")
-    effective_batch_size: int = Field(8, ge=1, description="Samples per optimizer step (TrainingArguments' per_device_train_batch_size default).")
-    warmup_ratio: float = Field(0.0, ge=0, lt=1, description="TrainingArguments' default: no warm-up (then linear decay, as every trial).")
-    weight_decay: float = Field(0.0, ge=0, description="TrainingArguments' default: none.")
-    lora_r: int = Field(8, ge=1, description="lora and qlora: peft's LoraConfig default rank.")
-    lora_alpha: int = Field(16, ge=1, description="lora and qlora: twice the rank, the usual pairing (peft's own default is 8).")
-
-
-AUTO_SHARE_UNPLANNED = 0.4  # search.exploit.share auto where the plan measured nothing to resolve it from
-MAX_SHARE = 0.9
-
-
-class ExploitConfig(_Section):
-    """After the search, the rest of a time budget trains the winner further: the budget buys the best final model,
-    not only the best configuration (scikit-learn's refit, AutoGluon's refit_full, PBT's survivors)."""
-
-    share: Literal["auto"] | float = Field("auto", description="Fraction of search.time_budget_minutes kept for the winner after the search (the search gets the rest, and whatever it leaves unspent goes to the winner too); 0 = off. Needs a time budget. auto: from the passes over the training split the budget pays for at the slowest candidate's measured speed (one trial's), 0.75 at one pass or fewer (the final model has not yet seen the data once: training it matters more than comparing recipes) down to 0.4 at four or more (BERT's fine-tuning grid ends at 4 epochs: past it, more training buys little), linear between; 0.4 where nothing was measured.")
-    evaluations: int = Field(3, ge=1, description="Evaluations (each with its checkpoint) the winner's further training makes, its last one included: it is judged at its end, and the ones before are what a crash keeps. The trials evaluate every search.eval_every_steps, for ASHA; each evaluation is a validation pass and a save the winner would rather train in.")
-    start: Literal["checkpoint", "scratch"] = Field("checkpoint", description="checkpoint: the winning trial goes on from its latest checkpoint with every core the search used, its learning rate re-drawn as if it had been planned to end with the budget (warm restart), decaying to zero at the end; scratch: its configuration trains again from step 0 for the remaining time (benchmarks/README.md compares the two).")
-
-    @field_validator("share")
-    @classmethod
-    def _a_fraction(cls, value: float | str) -> float | str:
-        if value != "auto" and not 0 <= value <= MAX_SHARE:
-            raise ValueError(f"`0 <= share <= {MAX_SHARE}` must hold (the trials need some of the budget), but got "
-                             f"{value:g}; write a fraction such as 0.4, 0 to turn it off, or auto")
-        return value
-
-    @property
-    def fraction(self) -> float:
-        """The share as a number: the plan resolves auto (search/probe/plan.py); unplanned, the fixed default."""
-        return AUTO_SHARE_UNPLANNED if self.share == "auto" else self.share
-
-    def seconds(self, time_budget_minutes: float | None) -> float:
-        """Seconds of the time budget kept for the winner (0 without a time budget)."""
-        return self.fraction * time_budget_minutes * 60 if time_budget_minutes else 0.0
-
-
-class SearchConfig(_Section):
-    """How trials are sampled, run and stopped."""
-
-    algorithm: Literal["tpe", "random", "grid"] = Field("tpe", description="Optuna sampler: multivariate TPE, random, or grid (every combination of the space, as a baseline).")
-    grid_points: int = Field(3, ge=2, description="Grid search: values per searched range (learning_rate, warmup_ratio, weight_decay), both ends included, log-spaced for a log range.")
-    scheduler: Literal["asha", "none"] = Field("asha", description="Early stopping of poor trials.")
-    asha: AshaConfig = Field(default_factory=AshaConfig, description="ASHA settings.")
-    num_trials: int = Field(8, ge=1, description="Trials to run, the baseline's (search.baseline) among them.")
-    max_concurrent_trials: int | None = Field(None, ge=1, description="Trials running at once. Unset: 1 on a CPU; with CUDA, as many as the probe's peak memory lets share the GPUs (see resources.gpus_per_trial), at most the CPU cores over cpus_per_trial.")
-    metric: str = Field("eval_loss", description="Evaluation metric the search optimises, e.g. eval_accuracy, eval_f1_macro, eval_loss.")
-    mode: Literal["min", "max"] = Field("min", description="Whether the metric is minimised or maximised.")
-    eval_every_steps: int = Field(50, ge=1, description="Optimizer steps between evaluations (each one reported to ASHA and MLflow).")
-    max_steps: int = Field(200, ge=1, description="Optimizer steps per trial at most.")
-    time_budget_minutes: float | None = Field(None, gt=0, description="Wall-clock budget of the search: the trials, then the winner trained further (search.exploit.share of it); when the trials' share ends, running trials stop and their evaluations so far count; the winner's training ends with the budget, and the export goes on.")
-    time_limit: str | None = Field(None, description="Wall-clock limit of the whole `finesweep run` (data, probe, search, the winner's further training, export), e.g. 600s, 10m, 1.5h (`run --time-limit` sets it): the plan gives the search what the data, the probe and the export's predicted time leave, and says so before anything trains. Replaces time_budget_minutes (set one).")
-    step_budget: int | None = Field(None, ge=1, description="Training steps of all trials together; when they are spent, running trials stop, their evaluations so far count, and the export goes on.")
-    fit_to_budget: bool = Field(True, description="With time_budget_minutes or step_budget: fit the trials to the budget (the plan `finesweep plan` prints). A time budget that cannot pay for every combination's max_steps allots each trial evaluation periods of equal seconds, as many as a trial started first fits in the budget (a slower combination trains fewer steps in them); a step budget shortens the trials to what it pays for; num_trials is capped at the trials that can start. false: max_steps and num_trials as written; the budget then cuts what runs when it ends.")
-    keep_checkpoints: int = Field(2, ge=1, description="Best checkpoints each trial keeps on disk.")
-    baseline: Literal["auto", "off"] | BaselineRecipe = Field("auto", description="The recipe a user would run without finesweep, measured as the sweep's first trial (never stopped early, at most one epoch) and reported beside the winner: auto = transformers' Trainer defaults for the first candidate (full: lr 5e-5, batch 8, fp32, no warm-up, no weight decay, linear decay; lora/qlora: lr 2e-4, r 8, alpha 16); a mapping sets the recipe's fields (search.baseline.*); off = none.")
-    exploit: ExploitConfig = Field(default_factory=ExploitConfig, description="The rest of the time budget to the winner after the search (search.exploit.*).")
-    initial_points: list[dict[str, Any]] = Field(default_factory=list, description="Configurations tried first, after the baseline (e.g. your current recipe), so the search starts from them; unlisted dimensions are sampled. Empty: TPE tries the space's centre first (each range's middle, geometric for a log range; the middle batch size).")
-    min_relative_speed: float = Field(1 / 3, ge=0, lt=1, description="A precision or method whose measured training samples/s is below this fraction of the fastest combination's, for every candidate model, leaves the space with its reason (bf16 on a CPU without bf16 instructions); an initial point on it moves to the fastest value kept. 0 keeps everything.")
-    second_objective: Literal["none", "throughput"] = Field("none", description="A second objective Optuna samples for (multi-objective): throughput = the trial's training samples per second (train_samples_per_second_so_far, maximised); the Pareto front is reported. ASHA still stops on the metric alone.")
-    pick: Literal["best_metric", "fastest_within"] = Field("best_metric", description="Which trial's best checkpoint is exported: the best metric's, or the fastest trial whose best metric is within pick_tolerance of the best (needs second_objective).")
-    pick_tolerance: float = Field(0.01, ge=0, description="pick: fastest_within: how far (absolute, in the metric's units, inclusive) a trial's best metric may fall short of the best.")
-
-    @property
-    def exploration_seconds(self) -> float | None:
-        """The trials' share of the time budget (None without one): what the exploitation keeps is not theirs."""
-        if not self.time_budget_minutes:
-            return None
-        return self.time_budget_minutes * 60 - self.exploit.seconds(self.time_budget_minutes)
-
-    @property
-    def time_limit_seconds(self) -> float | None:
-        return parse_duration(self.time_limit) if self.time_limit else None
-
-    @field_validator("time_limit")
-    @classmethod
-    def _a_duration(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_duration(value)
-        return value
-
-    @model_validator(mode="after")
-    def _one_time_bound(self) -> "SearchConfig":
-        if self.time_limit and self.time_budget_minutes:
-            raise ValueError(
-                f"time_limit ({self.time_limit}) bounds the whole command and gives the search what is left, and "
-                f"time_budget_minutes ({self.time_budget_minutes:g}) bounds the search alone; set one of them"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _pick_rule_fits(self) -> "SearchConfig":
-        if self.pick == "fastest_within" and self.second_objective == "none":
-            raise ValueError(
-                "pick: fastest_within needs a speed to compare, but second_objective is none; "
-                "set second_objective: throughput (the search then trades the metric against speed and reports the "
-                "Pareto front), or use pick: best_metric"
-            )
-        # Compared with the default, not model_fields_set: a dumped config (resume, each trial) sets every field.
-        if self.pick_tolerance != type(self).model_fields["pick_tolerance"].default and self.pick != "fastest_within":
-            raise ValueError(
-                f"pick_tolerance applies only to pick: fastest_within, but got pick_tolerance="
-                f"{self.pick_tolerance:g} with pick: {self.pick}; set pick: fastest_within, or remove pick_tolerance"
-            )
-        if self.second_objective == "throughput" and self.metric == "train_samples_per_second_so_far":
-            raise ValueError(
-                "second_objective: throughput maximises train_samples_per_second_so_far, which is already the "
-                "metric; choose a quality metric as metric (e.g. eval_loss, eval_accuracy)"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _grid_has_no_initial_points(self) -> "SearchConfig":
-        if self.algorithm == "grid" and self.initial_points:
-            raise ValueError(
-                f"initial_points cannot be used with algorithm: grid, but got {len(self.initial_points)} initial "
-                "point(s): a grid search runs the grid's own points in a seeded order; remove initial_points, "
-                "or use algorithm: tpe or random to start from them"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _eval_fits(self) -> "SearchConfig":
-        if self.eval_every_steps > self.max_steps:
-            raise ValueError(
-                f"eval_every_steps ({self.eval_every_steps}) must be <= max_steps ({self.max_steps}), "
-                "or no trial is ever evaluated"
-            )
-        return self
-
-
-class ResourcesConfig(_Section):
+class ResourcesConfig(Section):
     """What each trial and the probe may use."""
 
     cpus_per_trial: float = Field(2, gt=0, description="CPU cores reserved for one trial.")
@@ -417,7 +231,7 @@ class ResourcesConfig(_Section):
         return self
 
 
-class TrackingConfig(_Section):
+class TrackingConfig(Section):
     """Where MLflow records the sweep."""
 
     uri: str | None = Field(None, description="MLflow tracking URI; unset = a SQLite store in the sweep folder.")
@@ -428,7 +242,7 @@ class TrackingConfig(_Section):
 DEFAULT_QUANTIZATION = [Quantization.int8, Quantization.onnx_int8]
 
 
-class ExportConfig(_Section):
+class ExportConfig(Section):
     """What is done with the best checkpoint."""
 
     quantization: list[Quantization] = Field(DEFAULT_QUANTIZATION, min_length=1, description="Quantized exports to make and measure: none, int8 and nf4 (bitsandbytes), torchao-int8 (int8 weight-only, a CPU path), torchao-int4 (int4 weight-only; a CUDA GPU of compute capability 8.0+) and torchao-fp8 (float8 weights and activations; CUDA 8.9+: Ada, Hopper), the three with the torchao extra; onnx-int8 (ONNX Runtime int8, the fast CPU path: dynamic int8 for a classifier, int8 weight blocks and the key/value cache for a causal LM). Unset: int8 and onnx-int8.")
@@ -439,7 +253,7 @@ class ExportConfig(_Section):
     registered_model_name: str | None = Field(None, description="Registered model name; unset = the sweep's name.", min_length=1)
 
 
-class SweepConfig(_Section):
+class SweepConfig(Section):
     """A whole sweep file."""
 
     name: str = Field(description="Sweep name: the folder under output_root and the MLflow experiment.", pattern=NAME_PATTERN)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Protocol
 
-from finesweep.spaces.config import BaselineRecipe, FloatRange, Method, Precision, SpaceConfig
+from finesweep.spaces.config import FloatRange, Method, Precision, SpaceConfig
+from finesweep.spaces.search_config import BaselineRecipe
 
 FLOAT_DIMENSIONS = ("learning_rate", "warmup_ratio", "weight_decay")
 LORA_DIMENSIONS = ("lora_r", "lora_alpha")

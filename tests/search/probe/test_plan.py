@@ -1,0 +1,425 @@
+"""The search planned from the probe's speeds (search/probe/plan.py): ASHA's rungs as Ray lays them out, the
+simulated search, the trial length a budget pays for, and the plan of a whole sweep file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from finesweep.search.probe import export_time
+from finesweep.search.probe import plan as planning
+from finesweep.search.probe.padding import ANCHORS, length_grouped_megabatch, padded_fraction
+from finesweep.search.probe.plan import CombinationTimes, Lane, asha_milestones, planned_schedule, simulate
+from finesweep.search.probe.table import ProbeResult
+from finesweep.search.tuning import ray_compat
+from finesweep.spaces import SweepConfig, Task, parse_duration
+from finesweep.trainer.data.lengths import percentiles
+from finesweep.trainer.serving.evaluate import SPEED_SECONDS
+
+START = planning.TRIAL_START_SECONDS
+
+
+def times(key: str, step: float, evaluation: float) -> CombinationTimes:
+    return CombinationTimes(key, samples_per_second=1.0, eval_samples_per_second=1.0, seconds_per_step=step,
+                            seconds_per_evaluation=evaluation)
+
+
+def probe(model: str, precision: str, train_per_second: float, eval_per_second: float | None = 40.0,
+          too_slow: str | None = None) -> ProbeResult:
+    attempts = [{"batch": 8, "peak_bytes": 1, "seconds_per_step": 8 / train_per_second, "steps": 3}]
+    if eval_per_second:
+        attempts.append({"batch": 16, "peak_bytes": 1, "seconds_per_step": 16 / eval_per_second, "steps": 1,
+                         "mode": "eval"})
+    return ProbeResult(model=model, precision=precision, method="full", seq_len=64, device="cpu", budget_bytes=2**30,
+                       max_micro_batch=8, attempts=attempts, best_micro_batch=8, micro_batch=8, too_slow=too_slow)
+
+
+@pytest.mark.parametrize("max_t,grace,rf", [(8, 1, 3), (9, 1, 3), (27, 1, 3), (10, 2, 2), (4, 4, 3), (20, 3, 4)])
+def test_asha_milestones_are_where_ray_puts_its_rungs(max_t, grace, rf):
+    from ray.tune.schedulers import ASHAScheduler
+
+    scheduler = ASHAScheduler(time_attr="training_iteration", max_t=max_t, grace_period=grace, reduction_factor=rf)
+    assert asha_milestones(max_t, grace, rf) == ray_compat.asha_milestones_of(scheduler)
+
+
+def test_without_asha_or_budget_every_trial_trains_to_its_end_and_slots_share_them():
+    lanes = [Lane(period_seconds=15.0, steps=10)]
+    run = simulate(lanes, evaluations=4, num_trials=4, concurrency=2, milestones=None,
+                   reduction_factor=3, time_budget=None, step_budget=None, seed=0)
+    assert (run.started, run.completed, run.stopped_early, run.cut_by_budget) == (4, 4, 0, 0)
+    assert run.seconds == pytest.approx(2 * (START + 4 * 15.0))  # two trials one after the other in each slot
+
+
+def test_asha_stops_a_trial_below_the_cutoff_of_those_recorded_at_its_rung():
+    lanes = [Lane(period_seconds=10.0, steps=10)]
+    # One slot: trials reach rung 1 in order. Ray's rule: the first always goes on; later ones stop when below the
+    # (1 - 1/3) percentile of the qualities recorded there.
+    run = simulate(lanes, evaluations=3, num_trials=4, concurrency=1, milestones=[1],
+                   reduction_factor=3, time_budget=None, step_budget=None, seed=0, qualities=[0.5, 0.9, 0.1, 0.95])
+    # 0.5 first: on. 0.9 >= 0.5: on. 0.1 < percentile([0.5, 0.9], 2/3) = 0.767: stopped. 0.95: on.
+    assert (run.completed, run.stopped_early) == (3, 1)
+    assert run.seconds == pytest.approx(4 * START + 3 * 30.0 + 10.0)
+
+
+def test_a_time_budget_cuts_the_running_trials_and_starts_no_more():
+    lanes = [Lane(period_seconds=10.0, steps=10)]
+    run = simulate(lanes, evaluations=10, num_trials=10, concurrency=2, milestones=None,
+                   reduction_factor=3, time_budget=200.0, step_budget=None, seed=0)
+    # Each slot: trial 1 runs 10 + 100 s, trial 2 starts at 110 and is cut at 200.
+    assert (run.started, run.completed, run.cut_by_budget) == (4, 2, 2)
+    assert run.seconds == pytest.approx(200.0)
+
+
+def test_a_step_budget_ends_the_search_when_its_steps_are_spent():
+    lanes = [Lane(period_seconds=10.0, steps=10)]
+    run = simulate(lanes, evaluations=5, num_trials=10, concurrency=1, milestones=None,
+                   reduction_factor=3, time_budget=None, step_budget=120, seed=0)
+    assert (run.started, run.completed, run.cut_by_budget) == (3, 2, 1)
+
+
+def test_trials_running_at_once_spend_the_step_budget_together():
+    lanes = [Lane(period_seconds=10.0, steps=10)]
+    run = simulate(lanes, evaluations=5, num_trials=10, concurrency=2, milestones=None,
+                   reduction_factor=3, time_budget=None, step_budget=60, seed=0)
+    # Both report 10 steps every 10 s: the 60th step is spent at their third evaluations, and neither finishes.
+    assert (run.started, run.completed, run.cut_by_budget) == (2, 0, 2)
+    assert run.seconds == pytest.approx(START + 30.0)
+
+
+def test_a_budget_that_pays_for_every_combinations_max_steps_keeps_them():
+    fast, slow = times("fast", step=0.5, evaluation=5.0), times("slow", step=2.0, evaluation=10.0)  # 30 s, 110 s
+    schedule = planned_schedule([fast, slow], max_steps=200, eval_every_steps=50, time_budget=600.0, step_budget=None)
+    assert (schedule.evaluations, schedule.period_seconds, schedule.notes) == (4, None, [])  # 10 + 4 x 110 <= 600
+
+
+def test_a_time_budget_too_short_for_the_slowest_allots_time_in_the_fastests_periods():
+    fast, slow = times("fast", step=0.5, evaluation=5.0), times("slow", step=2.0, evaluation=10.0)  # 30 s, 110 s
+    schedule = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=600.0, step_budget=None)
+    assert schedule.period_seconds == 30.0 and schedule.evaluations == int((600 - START) // 30.0)
+    assert "fast" in schedule.notes[0] and "slow" in schedule.notes[0]
+    capped = planned_schedule([fast, slow], max_steps=400, eval_every_steps=50, time_budget=600.0, step_budget=None)
+    assert (capped.evaluations, capped.period_seconds) == (8, 30.0)  # never more than the file's max_steps
+    hopeless = planned_schedule([slow], max_steps=400, eval_every_steps=50, time_budget=60.0, step_budget=None)
+    assert hopeless.evaluations == 1 and any("does not pay for one evaluation" in n for n in hopeless.notes)
+
+
+def test_the_periods_stretch_to_fill_the_budget_but_never_past_max_steps():
+    fast, slow = times("fast", step=0.5, evaluation=5.0), times("slow", step=2.0, evaluation=10.0)  # 30 s, 110 s
+    # 12 periods of 30 s fit after a trial's start in 395 s, and leave 25 s: more than the margin (20 s), so the
+    # periods grow until a trial started first ends at 95% of the budget.
+    schedule = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=395.0, step_budget=None)
+    assert schedule.evaluations == 12 and "stretched" in schedule.notes[0]
+    assert START + 12 * schedule.period_seconds == pytest.approx(395.0 * (1 - planning.BUDGET_MARGIN))
+    # 1 period of 30 s fits in 69 s; filling 95% of it would train fast 111 steps, past max_steps (100): the
+    # stretch stops where fast trains exactly those.
+    capped = planned_schedule([fast], max_steps=100, eval_every_steps=50, time_budget=69.0, step_budget=None)
+    assert capped.evaluations == 1 and capped.period_seconds == pytest.approx(5.0 + 100 * 0.5)
+    # A budget that leaves less than the margin keeps the fastest's period.
+    kept = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=385.0, step_budget=None)
+    assert kept.period_seconds == 30.0 and "stretched" not in kept.notes[0]
+
+
+def test_no_combination_spends_more_than_half_a_period_evaluating():
+    fast, slow_eval = times("fast", step=0.5, evaluation=5.0), times("slow-eval", step=1.0, evaluation=40.0)
+    schedule = planned_schedule([fast, slow_eval], max_steps=2000, eval_every_steps=50, time_budget=600.0,
+                                step_budget=None)
+    assert schedule.period_seconds == 80.0  # not fast's 30 s: slow-eval's 40 s evaluation would fill it
+    assert schedule.evaluations == int((600 - START) // 80.0) and "twice the longest evaluation" in schedule.notes[0]
+
+
+def test_a_step_budget_shortens_the_trials_to_what_it_pays_for():
+    schedule = planned_schedule([times("a", 0.5, 5.0)], max_steps=400, eval_every_steps=50, time_budget=None,
+                                step_budget=120)
+    assert schedule.evaluations == 2 and "step budget" in schedule.notes[0]
+
+
+def _config(**search) -> SweepConfig:
+    return SweepConfig.model_validate({
+        "name": "planned", "data": {"path": "data.csv", "task": "classification", "splits": {"train": 100, "validation": 80, "test": 40}},
+        "models": [{"name": "big", "path": "big"}, {"name": "small", "path": "small"}],
+        "space": {"effective_batch_size": [16, 32], "precision": ["fp32"]},
+        "search": {"num_trials": 10, "max_concurrent_trials": 2, "eval_every_steps": 50, "max_steps": 400,
+                   **search},
+        "export": {"quantization": ["int8"]},
+    })
+
+
+def _plan(config: SweepConfig, probes: dict[str, ProbeResult]):
+    return planning.plan_search(config, probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2)
+
+
+def test_a_sweep_without_budget_keeps_its_length_and_trials_and_predicts_their_time():
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
+    plan = _plan(_config(), probes)
+    assert (plan.max_steps, plan.num_trials, plan.notes) == (400, 10, [])
+    big = next(c for c in plan.combinations if c.key == "big")
+    assert big.seconds_per_step == pytest.approx(24 / 24.0)  # the mean effective batch over the probed speed
+    assert big.seconds_per_evaluation == pytest.approx(80 / 40.0)  # validation rows over the measured eval speed
+    assert plan.trial_steps(big) == 400 and plan.trial_seconds(big) == pytest.approx(START + 8 * (50 + 2.0))
+    assert 0 < plan.simulated.stopped_early < 10 and plan.simulated.completed >= 1
+    assert plan.search_seconds < 10 * plan.trial_seconds(big) / 2  # ASHA stops some trials early, two run at once
+    # Full precision and int8, each made, scoring 40 test rows at 40 rows/s and timed at that speed; the baseline's
+    # checkpoint scored once beside them.
+    int8 = export_time.VARIANT_SLOWDOWN["int8"]
+    per_variant = 40 / 40.0 + export_time.speed_pass_seconds(1 / 40.0, 64, "classification")
+    baseline = export_time.EXPORT_FIXED_SECONDS + 40 / 40.0
+    assert plan.export_seconds == pytest.approx(2 * export_time.EXPORT_FIXED_SECONDS + (1 + int8) * per_variant + baseline)
+
+
+def test_a_time_budget_allots_each_combination_the_same_seconds_and_counts_the_trials_that_start():
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0),
+              "slowest": probe("big", "bf16", 2.0, too_slow="far slower")}  # left out: the probe gave up on it
+    plan = _plan(_config(time_budget_minutes=5, num_trials=50, max_steps=2000, exploit={"share": 0}), probes)
+    big, small = (next(c for c in plan.combinations if c.key == key) for key in ("big", "small"))
+    assert [c.key for c in plan.combinations] == ["big", "small"]
+    # small: 50 steps of 24 samples at 48/s and 80 rows at 40/s = 27 s; as many as fit after a trial's start,
+    # stretched so that they fill the budget but its margin: the period of every trial.
+    assert plan.evaluations == int((300 - START) // 27.0) == plan.max_steps // 50
+    filled = 300 * (1 - planning.BUDGET_MARGIN)
+    assert plan.period_seconds == pytest.approx((filled - START) / plan.evaluations) and plan.period_seconds > 27.0
+    period = plan.period_seconds
+    assert plan.samples_per_evaluation == {"small": round((period - 2.0) * 48.0), "big": round((period - 2.0) * 24.0)}
+    assert plan.trial_steps(big) < plan.trial_steps(small) <= 2000
+    assert plan.trial_seconds(big) == pytest.approx(plan.trial_seconds(small))
+    assert plan.trial_seconds(small) == pytest.approx(filled, abs=1)
+    # Two slots for 300 s, a trial stopped at its first rung costing 37 s: never 50 trials.
+    assert plan.num_trials < 50 and any("num_trials 50 ->" in note for note in plan.notes)
+    assert 1 <= plan.simulated.started <= plan.num_trials
+    assert plan.search_seconds == pytest.approx(planning.RAY_START_SECONDS + 300, abs=30)
+    config = planning.apply(_config(time_budget_minutes=5, num_trials=50, max_steps=2000), plan)
+    assert (config.search.max_steps, config.search.num_trials) == (plan.max_steps, plan.num_trials)
+
+
+def test_the_winners_share_of_a_time_budget_is_not_the_trials_and_the_plan_shows_the_split():
+    """search.exploit.share 0.4 of 5 minutes: the trials are planned in 180 s, the winner trains 120 s after them."""
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
+    config = _config(time_budget_minutes=5, num_trials=50, max_steps=2000, exploit={"share": 0.4})
+    assert config.search.exploration_seconds == pytest.approx(180)
+    plan = _plan(config, probes)
+    small = next(c for c in plan.combinations if c.key == "small")
+    assert plan.trial_seconds(small) == pytest.approx(180 * (1 - planning.BUDGET_MARGIN), abs=1)
+    assert plan.exploitation_seconds == pytest.approx(120)
+    assert plan.search_seconds == pytest.approx(planning.RAY_START_SECONDS + plan.simulated.seconds + 120)
+    assert plan.simulated.seconds <= 180
+    split = plan.to_dict()
+    assert split["exploitation_seconds"] == 120 and split["exploration_seconds"] == pytest.approx(
+        plan.search_seconds - 120, abs=0.1)
+    assert any("180 s for the trials, then 120 s for the winner" in note for note in plan.notes)
+    assert _plan(_config(exploit={"share": 0.4}), probes).exploitation_seconds == 0, "no time budget: no share"
+
+
+def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passes_over_the_training_rows():
+    """Candidates at 24 and 48 samples/s a trial, two at once: 5 minutes pay for 7,200 samples of the slowest one."""
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
+    config = _config(time_budget_minutes=5, num_trials=50, max_steps=2000)
+    assert config.search.exploit.share == "auto"
+
+    def planned(train_rows: int):
+        return planning.plan_search(config, probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2,
+                                    train_rows=train_rows)
+
+    few, many, between = planned(7_200), planned(1_800), planned(2_880)  # 1, 4 and 2.5 passes
+    assert (few.exploit_share, many.exploit_share, between.exploit_share) == (0.75, 0.4, 0.57)
+    assert few.exploitation_seconds == pytest.approx(225) and planned(100_000).exploit_share == 0.75
+    assert planned(600).exploit_share == 0.4, "past four passes the search keeps its default share"
+    assert any("(search.exploit.share 0.75, auto: the budget pays for 1.0 passes over the 7,200 training rows at "
+               "its slowest candidate's speed" in note for note in few.notes)
+    assert planned(0).exploit_share == 0.4, "no training rows known: the unplanned default"
+    applied = planning.apply(config, few)
+    assert applied.search.exploit.share == 0.75 and applied.search.exploration_seconds == pytest.approx(75)
+    fixed = planning.plan_search(_config(time_budget_minutes=5, exploit={"share": 0.2}), probes, validation_rows=80,
+                                 test_rows=40, seq_len=64, concurrency=2, train_rows=21_600)
+    assert fixed.exploit_share == 0.2, "a share the file sets is kept"
+
+
+def test_a_trial_takes_its_combinations_samples_per_evaluation_in_steps_of_its_own_batch():
+    from finesweep.search.tuning.context import TrialContext, trial_length
+
+    config = _config(time_budget_minutes=5)
+    context = TrialContext(sweep={}, tokenized={}, label_names=None, micro_batches={}, eval_batches={},
+                           tracking_uri="", experiment_id="", parent_run_id="",
+                           samples_per_evaluation={"big|fp32|full": 600})
+    assert trial_length(config, context, "big|fp32|full", 16) == (8 * 38, 38)  # 600 / 16 = 37.5 -> 38
+    assert trial_length(config, context, "big|fp32|full", 32) == (8 * 19, 19)
+    assert trial_length(config, context, "small|fp32|full", 16) == (400, 50)  # not allotted: the file's steps
+
+
+def test_eval_speed_not_measured_is_taken_as_a_forward_pass_faster_than_training():
+    plan = _plan(_config(), {"big": probe("big", "fp32", 24.0, eval_per_second=None)})
+    assert plan.combinations[0].eval_samples_per_second == pytest.approx(planning.FORWARD_SPEEDUP * 24.0)
+
+
+def test_nothing_measured_gives_no_plan():
+    assert _plan(_config(), {"big": probe("big", "fp32", 24.0, too_slow="far slower")}) is None
+
+
+def test_a_batch_padded_to_its_longest_row_is_timed_at_that_length_not_the_probes_full_one():
+    lengths = {"p50": 30.0, "p95": 50.0, "p99": 60.0, "max": 100.0}
+    assert padded_fraction(lengths, 1, 64) == pytest.approx(30 / 64)  # one row: the median
+    assert padded_fraction(lengths, 19, 64) == pytest.approx(50 / 64)  # the longest of 19: the 95th pct
+    assert padded_fraction(lengths, 99, 64) == pytest.approx(60 / 64)
+    assert padded_fraction(lengths, 1000, 64) == 1.0  # rows past seq_len are truncated to it
+    plain = _plan(_config(), {"big": probe("big", "fp32", 24.0)}).combinations[0]
+    padded = planning.plan_search(_config(), {"big": probe("big", "fp32", 24.0)}, validation_rows=80, test_rows=40,
+                                  seq_len=64, concurrency=2, lengths={"big": lengths}).combinations[0]
+    fraction = padded_fraction(lengths, 8, 64)  # the probe's micro-batch
+    assert padded.samples_per_second == pytest.approx(plain.samples_per_second / fraction)
+
+
+def test_batches_grouped_by_length_pad_to_the_mean_length_and_the_plan_counts_on_it():
+    rng = np.random.default_rng(0)
+    lengths = np.minimum(rng.gamma(6.0, 6.0, 20_000).round() + 2, 64)
+    stats = percentiles(lengths)
+    assert [key for key, _ in ANCHORS] == list(stats)  # the plan reads every percentile the length report keeps
+
+    def simulated(batch: int, megabatch: int) -> float:  # transformers' sampler: sort each megabatch, cut batches
+        order = rng.permutation(len(lengths))[: len(lengths) // megabatch * megabatch]
+        sorted_groups = np.sort(lengths[order].reshape(-1, megabatch), axis=1)
+        return sorted_groups.reshape(-1, batch).max(axis=1).mean() / 64
+
+    for batch, megabatch in [(8, 8), (8, 32), (16, 128), (8, length_grouped_megabatch(20_000, 8))]:
+        sorted_rows = None if megabatch == batch else megabatch
+        assert padded_fraction(stats, batch, 64, sorted_rows) == pytest.approx(simulated(batch, megabatch), rel=0.05)
+    assert length_grouped_megabatch(20_000, 8) == 50 * 8  # at most 50 batches
+    assert length_grouped_megabatch(500, 64) == 64  # a small split: one batch, no grouping gain
+    grouped = padded_fraction(stats, 8, 64, length_grouped_megabatch(20_000, 8))
+    assert grouped == pytest.approx(lengths.mean() / 64, rel=0.03)
+    assert grouped < 0.8 * padded_fraction(stats, 8, 64)
+
+    def plan(group_by_length: bool):
+        config = _config()
+        config = config.model_copy(update={"data": config.data.model_copy(update={"group_by_length": group_by_length})})
+        return planning.plan_search(config, {"big": probe("big", "fp32", 24.0)}, validation_rows=80, test_rows=40,
+                                    seq_len=64, concurrency=2, lengths={"big": stats},
+                                    train_rows=20_000).combinations[0]
+
+    step_rows = 24  # the space's mean effective batch, 16 and 32
+    assert plan(True).samples_per_second == pytest.approx(
+        24.0 / padded_fraction(stats, 8, 64, length_grouped_megabatch(20_000, step_rows)))
+    assert plan(False).samples_per_second == pytest.approx(24.0 / padded_fraction(stats, 8, 64))
+
+
+def test_a_causal_lms_export_adds_its_generations_token_by_token():
+    def export(samples: int) -> float:
+        config = _config()
+        config = config.model_copy(update={
+            "data": config.data.model_copy(update={"task": Task.causal_lm}),
+            "export": config.export.model_copy(update={"generation_samples": samples})})
+        return export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
+
+    # 16 answers of 32 new tokens, each token DECODE_TOKEN_COST tokens of a forward pass at 1 row/s of 64 tokens,
+    # once in full precision and once at int8's slowdown.
+    per_variant = 16 * 32 * export_time.DECODE_TOKEN_COST / 64
+    assert export(16) - export(0) == pytest.approx(per_variant * (1 + export_time.VARIANT_SLOWDOWN["int8"]))
+
+
+def test_an_export_on_a_gpu_machine_counts_the_cpu_timing_pass_of_every_variant():
+    config = _config()  # full precision and int8
+    on_cpu = export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
+    on_gpu = export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64, timed_on_cpu_too=True)
+    assert on_gpu - on_cpu == pytest.approx(2 * export_time.CPU_TIMING_SECONDS)
+
+
+def test_the_exports_speed_passes_follow_the_measured_speed_within_their_timing_budget():
+    """A fast model's passes cost a second; a slow one's stop once SPEED_SECONDS of each shape were timed."""
+    fast = export_time.speed_pass_seconds(1 / 300.0, 64, "classification")
+    slow = export_time.speed_pass_seconds(1 / 2.0, 64, "classification")
+    assert fast < 1.5 < slow
+    # each shape: one untimed pass, then timed passes until their sum reaches SPEED_SECONDS (the last may overrun)
+    batch32 = 32 / 2.0
+    assert slow <= 2 * (SPEED_SECONDS + 2 * batch32)
+    llm = export_time.speed_pass_seconds(1 / 300.0, 64, "causal_lm")
+    assert llm > fast  # decoding is timed too
+
+
+def test_the_baseline_adds_one_test_pass_to_the_export_and_a_causal_lms_untuned_base_another():
+    def export(task: str, baseline: str) -> float:
+        config = _config(baseline=baseline)
+        config = config.model_copy(update={"data": config.data.model_copy(update={"task": Task(task)}),
+                                           "export": config.export.model_copy(update={"generation_samples": 0})})
+        return export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
+
+    one_pass = export_time.EXPORT_FIXED_SECONDS + 40 / 1.0
+    assert export("classification", "auto") - export("classification", "off") == pytest.approx(one_pass)
+    assert export("causal_lm", "auto") - export("causal_lm", "off") == pytest.approx(2 * one_pass)
+
+
+def test_a_cpu_export_scores_the_test_split_with_every_core_where_the_probe_timed_one_trials():
+    """The test-split passes speed up with the export's threads over a trial's, up to EXPORT_THREADS_CAP; the fixed
+    costs (saving, ONNX export, speed passes) do not."""
+    config = _config()  # full precision and int8
+
+    def scoring(ratio: float) -> float:
+        fixed = export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=0, seq_len=64, thread_ratio=ratio)
+        return export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64,
+                                       thread_ratio=ratio) - fixed
+
+    assert scoring(2.0) == pytest.approx(scoring(1.0) / 2)
+    assert scoring(64.0) == pytest.approx(scoring(1.0) / export_time.EXPORT_THREADS_CAP)
+    assert scoring(0.5) == pytest.approx(scoring(1.0))  # a trial with more threads than the export: no slow-down
+
+
+def test_a_time_limit_gives_the_search_what_the_data_probe_and_export_leave():
+    """search.time_limit 10m with 40 s gone on data and probe: the search's budget is the rest less the export's
+    estimate and the command's overhead, and the plan says how the limit was divided."""
+    from finesweep.search import measure
+
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
+    config = _config(time_limit="10m", num_trials=50, max_steps=2000)
+    budgeted, division = measure.within_limit(config, lambda c: _plan(c, probes), 600, elapsed=40)
+    export = _plan(budgeted, probes).export_seconds
+    assert budgeted.search.time_limit is None  # the derived budget replaces it: trials and resume read the budget
+    assert budgeted.search.time_budget_minutes * 60 == pytest.approx(600 - 40 - export - measure.LIMIT_OVERHEAD_SECONDS)
+    assert division.startswith("the time limit 10m (600 s) divided: data and probe 40 s, search ")
+    assert f"export {export:.0f} s (predicted)" in division
+
+
+def test_a_time_limit_that_cannot_pay_for_one_trial_is_refused_before_training_with_what_would_fit():
+    from finesweep.search import measure
+    from finesweep.spaces import SweepFileError
+
+    probes = {"big": probe("big", "fp32", 24.0)}
+    config = _config(time_limit="90s")
+    with pytest.raises(SweepFileError) as refused:
+        measure.within_limit(config, lambda c: _plan(c, probes), 90, elapsed=60)
+    text = str(refused.value)
+    assert text.startswith("search.time_limit 90s: the data and the probe took 60 s")
+    needed = float(text.split("Raise the limit to at least ")[1].split("s,")[0])
+    budgeted, _ = measure.within_limit(config, lambda c: _plan(c, probes), needed + 1, elapsed=60)
+    assert budgeted.search.time_budget_minutes > 0  # the limit the error names is enough
+
+
+@pytest.mark.parametrize("text,seconds", [("600s", 600), ("10m", 600), ("1.5h", 5400), (" 90 S ", 90)])
+def test_durations_take_a_unit(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["10", "ten minutes", "-5m", "0s", "5d"])
+def test_a_duration_without_a_known_unit_is_refused(text):
+    with pytest.raises(ValueError, match="e.g. 600s, 10m or 1.5h"):
+        parse_duration(text)
+
+
+def test_a_time_limit_and_a_search_budget_are_one_setting_too_many():
+    with pytest.raises(ValueError, match="set one of them"):
+        _config(time_limit="10m", time_budget_minutes=5)
+
+
+def test_the_export_scores_at_full_precisions_measured_speed_where_the_probe_timed_it():
+    """The export saves and scores fp32: a bf16 trial's faster evaluation does not speed up its estimate."""
+    config = _config(baseline="off")
+
+    def combination(key: str, eval_speed: float) -> CombinationTimes:
+        return CombinationTimes(key, samples_per_second=1.0, eval_samples_per_second=eval_speed, seconds_per_step=1.0,
+                                seconds_per_evaluation=1.0)
+
+    def scoring(*combinations: CombinationTimes) -> float:
+        def export(rows: int) -> float:
+            return export_time.export_seconds(config, list(combinations), test_rows=rows, seq_len=64)
+        return export(400) - export(0)
+
+    full, half = combination("a|fp32|full", 50.0), combination("a|bf16|full", 100.0)
+    assert scoring(full, half) == pytest.approx(scoring(full))
+    assert scoring(half) == pytest.approx(scoring(full) / 2)  # no fp32 measured: the fastest there is
+    shallow = combination("b|fp32|full", 100.0)
+    assert scoring(full, half, shallow) == pytest.approx(scoring(full)), "the slowest candidate's: it may win"

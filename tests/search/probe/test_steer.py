@@ -1,0 +1,133 @@
+"""The probe's speeds steer the space: what trains far slower here than the alternatives leaves it."""
+
+from __future__ import annotations
+
+from finesweep.search.probe.steer import dominated_precisions, slow_values, without
+from finesweep.search.probe.table import ProbeResult
+from finesweep.spaces import SweepConfig
+
+
+def _probe(model: str, precision: str, method: str, samples_per_second: float) -> ProbeResult:
+    attempts = [{"batch": 8, "peak_bytes": 1, "seconds_per_step": 8 / samples_per_second, "mode": "train"}]
+    return ProbeResult(model=model, precision=precision, method=method, seq_len=64, device="cpu", budget_bytes=1,
+                       max_micro_batch=8, attempts=attempts, micro_batch=8, best_micro_batch=8)
+
+
+def _table(speeds: dict[tuple[str, str, str], float]) -> dict[str, ProbeResult]:
+    return {"|".join(key): _probe(*key, speed) for key, speed in speeds.items()}
+
+
+def test_bf16_seven_times_slower_for_every_model_leaves_the_space():
+    # As measured on an AVX2 CPU without bf16 instructions (FACTS.md): minilm-l6 5.8 vs 0.8, minilm-l3 11.2 vs 1.5.
+    probes = _table({("l6", "fp32", "full"): 5.8, ("l6", "bf16", "full"): 0.8,
+                     ("l3", "fp32", "full"): 11.2, ("l3", "bf16", "full"): 1.5})
+    removals = slow_values(probes, 1 / 3)
+    assert [(r.dimension, r.value) for r in removals] == [("precision", "bf16")]
+    assert "l6 0.14x" in removals[0].reason and "l3 0.13x" in removals[0].reason
+
+
+def test_bf16_faster_where_the_cpu_has_it_stays():
+    # The AVX-512 bf16 machine: bf16 1.6x faster. The same rule, another measurement, the opposite outcome.
+    probes = _table({("l6", "fp32", "full"): 21.6, ("l6", "bf16", "full"): 34.4})
+    assert ("precision", "bf16") not in {(r.dimension, r.value) for r in slow_values(probes, 1 / 3)}
+    assert slow_values(probes, 0.5) == [], "fp32 at 0.63x the fastest is within a half"
+
+
+def test_a_reduced_precision_slower_than_fp32_for_every_model_leaves_the_space_however_close():
+    # An AVX-512 CPU without bf16 instructions: bf16 0.4x fp32, above min_relative_speed's third.
+    probes = _table({("l6", "fp32", "full"): 15.1, ("l6", "bf16", "full"): 6.1,
+                     ("l3", "fp32", "full"): 28.0, ("l3", "bf16", "full"): 11.0})
+    assert slow_values(probes, 1 / 3) == []
+    removals = dominated_precisions(probes)
+    assert [(r.dimension, r.value) for r in removals] == [("precision", "bf16")]
+    assert "l6 full 0.40x" in removals[0].reason and "l3 full 0.39x" in removals[0].reason
+    faster_for_one = _table({("l6", "fp32", "full"): 15.1, ("l6", "bf16", "full"): 6.1,
+                             ("l3", "fp32", "full"): 10.0, ("l3", "bf16", "full"): 11.0})
+    assert dominated_precisions(faster_for_one) == [], "faster for one model: it stays"
+    no_fp32_fit = {**_table({("l6", "bf16", "full"): 6.1}), "l6|fp32|full": ProbeResult(
+        model="l6", precision="fp32", method="full", seq_len=64, device="cpu", budget_bytes=1, max_micro_batch=0)}
+    assert dominated_precisions(no_fp32_fit) == [], "where only bf16 fits, it stays"
+    assert dominated_precisions(_table({("l6", "bf16", "full"): 6.1})) == [], "no fp32 measured: nothing to compare"
+
+
+def test_a_value_slow_for_one_model_only_stays_and_zero_keeps_everything():
+    probes = _table({("a", "fp32", "full"): 10, ("a", "bf16", "full"): 1, ("b", "fp32", "full"): 10,
+                     ("b", "bf16", "full"): 9, ("a", "fp32", "lora"): 2, ("b", "fp32", "lora"): 2.5})
+    assert [(r.dimension, r.value) for r in slow_values(probes, 1 / 3)] == [("method", "lora")]
+    assert slow_values(probes, 0) == []
+
+
+def test_an_initial_point_on_a_removed_value_moves_to_the_fastest_kept_one():
+    config = SweepConfig.model_validate({
+        "name": "s", "data": {"path": "d.csv"}, "models": [{"name": "l6", "path": "m"}],
+        "space": {"precision": ["fp32", "bf16"], "method": ["full", "lora"]},
+        "search": {"initial_points": [{"precision": "bf16", "method": "full", "learning_rate": 5e-5},
+                                      {"precision": "fp32"}]}})
+    probes = _table({("l6", "fp32", "full"): 5.8, ("l6", "bf16", "full"): 0.8,
+                     ("l6", "fp32", "lora"): 4.0, ("l6", "bf16", "lora"): 0.7})
+    steered, precisions, warnings = without(config, ["fp32", "bf16"], slow_values(probes, 1 / 3), probes)
+    assert precisions == ["fp32"] and [m.value for m in steered.space.method] == ["full", "lora"]
+    assert steered.search.initial_points == [{"precision": "fp32", "method": "full", "learning_rate": 5e-5},
+                                             {"precision": "fp32"}]
+    assert warnings == ["search.initial_points[0]: precision bf16 left the space (too slow here); this point is "
+                        "tried with fp32 instead"]
+
+
+class _TimedWorker:
+    """A probe process whose steps take `seconds_per_sample` x batch (bf16 seven times fp32's here); memory fits."""
+
+    def __init__(self, seconds_per_sample: dict[str, float]):
+        self.seconds_per_sample, self.asked = seconds_per_sample, []
+
+    def attempt(self, request):
+        from finesweep.trainer.probe_step import ProbeAttempt
+
+        self.asked.append((request.precision, request.batch, request.mode))
+        return ProbeAttempt(request.batch, 2**20 * request.batch, self.seconds_per_sample[request.precision] * request.batch,
+                            steps=2, mode=request.mode)
+
+    def replace(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_combination_far_slower_than_one_already_measured_stops_after_its_first_attempt(tmp_path):
+    from finesweep.search.probe.device import Device
+    from finesweep.search.probe.table import _CachedProber
+    from finesweep.trainer.probe_step import ProbeRequest
+
+    worker = _TimedWorker({"fp32": 0.2, "bf16": 1.4})
+    prober = _CachedProber(worker, Device("cpu", "test", 2**34), 2**33, 32, "fastest", tmp_path / "probe.json", 1 / 3)
+    base = ProbeRequest(candidate={"name": "l6", "path": "m"}, task="classification", num_labels=3, precision="fp32",
+                        method="full", seq_len=64, batch=32)
+    fp32 = prober.measure(base, False)
+    asked_for_fp32 = len(worker.asked)
+    bf16 = prober.measure(ProbeRequest(**{**base.__dict__, "precision": "bf16"}), False)
+    assert fp32.max_micro_batch == 32 and fp32.too_slow is None and asked_for_fp32 > 3
+    assert worker.asked[asked_for_fp32:] == [("bf16", 4, "train")], "one attempt, then stopped"
+    assert bf16.too_slow.startswith("0.71 samples/s at micro-batch 4, against 5.00 for l6|fp32|full")
+    assert bf16.micro_batch == 4 and bf16.eval_batch_size == 4 and abs(bf16.samples_per_second - 0.714) < 0.01
+    assert [(r.dimension, r.value) for r in slow_values({"a": fp32, "b": bf16}, 1 / 3)] == [("precision", "bf16")]
+
+
+def test_a_reduced_precision_slower_than_fp32_stops_after_its_first_attempt_and_a_faster_one_is_probed_whole(tmp_path):
+    """bf16 at 0.4x fp32 (an AVX-512 CPU without bf16 instructions) is above min_relative_speed's third, but slower
+    than fp32: one attempt, and the space drops it. Where bf16 is faster (AVX-512 bf16) it is probed in full."""
+    from finesweep.search.probe.device import Device
+    from finesweep.search.probe.table import _CachedProber
+    from finesweep.trainer.probe_step import ProbeRequest
+
+    base = ProbeRequest(candidate={"name": "l6", "path": "m"}, task="classification", num_labels=3, precision="fp32",
+                        method="full", seq_len=64, batch=32)
+    for bf16_seconds, stopped in ((0.5, True), (0.12, False)):
+        worker = _TimedWorker({"fp32": 0.2, "bf16": bf16_seconds})
+        prober = _CachedProber(worker, Device("cpu", "test", 2**34), 2**33, 32, "fastest",
+                               tmp_path / f"probe-{bf16_seconds}.json", 1 / 3)
+        fp32 = prober.measure(base, False)
+        asked_for_fp32 = len(worker.asked)
+        bf16 = prober.measure(ProbeRequest(**{**base.__dict__, "precision": "bf16"}), False)
+        assert (worker.asked[asked_for_fp32:] == [("bf16", 4, "train")]) is stopped
+        assert (bf16.too_slow == "2.00 samples/s at micro-batch 4, slower than fp32's 5.00") is stopped
+        assert bool(dominated_precisions({"a": fp32, "b": bf16})) is stopped

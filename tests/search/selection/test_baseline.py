@@ -1,0 +1,154 @@
+"""The baseline (search.baseline): the recipe a user would run without finesweep, trained as the sweep's first trial,
+never stopped early by ASHA, at most one epoch, then compared with the winner on the test split."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from finesweep.search.selection.baseline import compare
+from finesweep.search.tuning.context import baseline_length
+from finesweep.search.tuning.samplers import BaselineKeepingASHA, make_searcher
+from finesweep.spaces import SweepConfig, SweepFileError, Task
+from finesweep.spaces import load
+from finesweep.spaces.space import BASELINE_KEY, baseline_point
+
+MINIMAL = {"name": "s", "data": {"path": "data.csv"}, "models": [{"name": "m", "path": "model"},
+                                                                  {"name": "n", "path": "model"}]}
+RANGE = {"low": 1e-4, "high": 1e-3, "log": True}
+
+
+def _config(space: dict | None = None, search: dict | None = None) -> SweepConfig:
+    return SweepConfig.model_validate({**MINIMAL, "space": space or {}, "search": search or {}})
+
+
+def test_auto_is_the_trainers_defaults_for_the_first_candidate():
+    config = _config({"learning_rate": RANGE, "effective_batch_size": [16, 32], "precision": ["bf16", "fp32"]})
+    assert baseline_point(config.search.baseline, config.space, config.model_names, ["bf16", "fp32"]) == {
+        "model": "m", "precision": "fp32", "method": "full", "effective_batch_size": 8, "learning_rate": 5e-5,
+        "warmup_ratio": 0.0, "weight_decay": 0.0}
+
+
+def test_a_lora_space_gets_the_usual_lora_recipe_and_a_dropped_fp32_the_first_precision_kept():
+    config = _config({"method": ["lora", "qlora"]})
+    point = baseline_point(config.search.baseline, config.space, config.model_names, ["bf16"])
+    assert point["method"] == "lora" and point["learning_rate"] == 2e-4 and point["precision"] == "bf16"
+    assert (point["lora_r"], point["lora_alpha"]) == (8, 16)
+
+
+def test_a_recipe_of_the_users_own_and_off():
+    config = _config(search={"baseline": {"model": "n", "learning_rate": 3e-5, "effective_batch_size": 32}})
+    point = baseline_point(config.search.baseline, config.space, config.model_names, ["fp32"])
+    assert (point["model"], point["learning_rate"], point["effective_batch_size"]) == ("n", 3e-5, 32)
+    off = _config(search={"baseline": "off"})
+    assert baseline_point(off.search.baseline, off.space, off.model_names, ["fp32"]) is None
+
+
+def test_a_baseline_the_probe_cannot_measure_is_a_sweep_file_error(tmp_path):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({**MINIMAL, "search": {"baseline": {"model": "x", "method": "lora"}}}))
+    with pytest.raises(SweepFileError) as error:
+        load(sweep)
+    text = str(error.value)
+    assert "search.baseline.model: 'x' is not among the space's models" in text
+    assert "search.baseline.method: 'lora' is not among space.method ['full']" in text
+
+
+def test_the_first_trial_is_the_baseline_and_the_initial_points_follow_it():
+    """A real OptunaSearch as the sweep builds it: trial 1 carries the baseline's recipe (outside the space: its
+    learning rate and batch are not the space's), trial 2 the user's initial point, later trials the space."""
+    config = _config({"learning_rate": RANGE, "effective_batch_size": [16, 32]},
+                     {"initial_points": [{"model": "n", "learning_rate": 2e-4, "effective_batch_size": 32}]})
+    searcher = make_searcher(config, ["fp32"])
+    first, second, *rest = [searcher.suggest(f"t{i}") for i in range(5)]
+    assert first[BASELINE_KEY] is True and first["learning_rate"] == 5e-5 and first["effective_batch_size"] == 8
+    assert (second["model"], second["learning_rate"], second["effective_batch_size"]) == ("n", 2e-4, 32)
+    assert all(BASELINE_KEY not in c and 1e-4 <= c["learning_rate"] <= 1e-3 for c in [second, *rest])
+
+
+def test_a_grid_search_runs_no_baseline_trial():
+    config = _config({"learning_rate": RANGE}, {"algorithm": "grid", "num_trials": 4})
+    searcher = make_searcher(config, ["fp32"])
+    assert all(BASELINE_KEY not in searcher.suggest(f"t{i}") for i in range(4))
+
+
+def test_asha_stops_a_poor_trial_but_never_the_baseline():
+    scheduler = BaselineKeepingASHA(time_attr="training_iteration", max_t=8, grace_period=1, reduction_factor=2,
+                                    metric="loss", mode="min")
+    good, poor, baseline = (SimpleNamespace(trial_id=name, config=config) for name, config in
+                            (("good", {}), ("poor", {}), ("baseline", {BASELINE_KEY: True})))
+    for trial in (good, poor, baseline):
+        scheduler.on_trial_add(None, trial)
+    assert scheduler.on_trial_result(None, good, {"training_iteration": 1, "loss": 0.1}) == "CONTINUE"
+    assert scheduler.on_trial_result(None, poor, {"training_iteration": 1, "loss": 0.9}) == "STOP"
+    assert scheduler.on_trial_result(None, baseline, {"training_iteration": 1, "loss": 0.9}) == "CONTINUE"
+
+
+@pytest.mark.parametrize("planned, rows, expected", [
+    ((300, 50), 800, (100, 50)),  # one epoch of 800 rows at batch 8 is shorter than the trial: 100 steps
+    ((60, 20), 8000, (60, 20)),  # the trial is shorter than an epoch: the trial's length
+    ((300, 50), 200, (25, 25)),  # an epoch shorter than an evaluation period still ends with an evaluation
+    ((300, 50), 0, (300, 50)),  # rows unknown: no cap
+])
+def test_the_baseline_trains_one_epoch_at_most(planned, rows, expected):
+    assert baseline_length(*planned, rows, 8) == expected
+
+
+def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_won():
+    best = {"trial_id": "b", "step": 40, "metric": "eval_loss", "value": 0.5}
+    base = {"trial_id": "a", "step": 60, "metric": "eval_loss", "value": 0.6, "params": {"learning_rate": 5e-5}}
+    result = compare(Task.classification, {"accuracy": 0.781, "loss": 0.5}, {"accuracy": 0.766, "loss": 0.6}, best, base)
+    assert result["gain"] == 1.5 and result["gain_unit"] == "points" and not result["baseline_won"]
+    assert result["validation_gain"] == pytest.approx(-0.1)
+    assert "0.781 against 0.766 (+1.50 points): the tuned model is better than the baseline" in result["sentence"]
+    lm = compare(Task.causal_lm, {"perplexity": 9.0}, {"perplexity": 10.0}, best, base)
+    assert lm["gain"] == -10.0 and "better than" in lm["sentence"]
+    won = compare(Task.classification, {"accuracy": 0.7}, {"accuracy": 0.7}, {**best, "trial_id": "a"}, base)
+    assert won["baseline_won"] and "the search found nothing better" in won["sentence"]
+    # The baseline's own trial trained further with the rest of the budget (search.exploit) is still the baseline
+    # recipe: the budget bought the gain, not the search.
+    continued = compare(Task.classification, {"accuracy": 0.766}, {"accuracy": 0.7405},
+                        {**best, "trial_id": "c", "exploitation": {"source_trial": "a"}}, base)
+    assert continued["baseline_won"] and continued["gain"] == 2.55
+    assert ("the export is the baseline recipe trained further with the rest of the budget (test accuracy 0.766 "
+            "against 0.7405 at its checkpoint from the search, +2.55 points)") in continued["sentence"]
+    other = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.7405},
+                    {**best, "trial_id": "c", "exploitation": {"source_trial": "b"}}, base)
+    assert not other["baseline_won"] and "better than the baseline" in other["sentence"]
+    assert "samples" not in other["sentence"], "no batch known: no claim about the training"
+    longer = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.686},
+                     {**best, "trial_id": "c", "step": 1476, "params": {"effective_batch_size": 8}},
+                     {**base, "step": 172, "params": {"effective_batch_size": 8}})
+    assert longer["sentence"].endswith("; the baseline trained on 1,376 samples inside the sweep's budget, the tuned "
+                                       "model on 11,808: part of the gain is the longer training")
+
+
+def test_a_winner_on_the_edge_of_the_space_is_named_with_the_field_to_widen():
+    from finesweep.search.selection.edges import edge_warnings
+
+    space = _config({"learning_rate": {"low": 5e-5, "high": 3e-4, "log": True}, "effective_batch_size": [8, 16, 32],
+                     "warmup_ratio": {"low": 0.0, "high": 0.2}}).space
+    top = edge_warnings({"learning_rate": 2.9e-4, "effective_batch_size": 32, "warmup_ratio": 0.1}, space)
+    assert top == ["the winner's learning_rate 0.00029 lies at the top of space.learning_rate [5e-05, 0.0003]: the best "
+                   "may lie beyond it; widen space.learning_rate.high (to 0.0006, say)",
+                   "the winner's effective_batch_size 32 is the largest in space.effective_batch_size [8, 16, 32]: the "
+                   "best may lie beyond it; add 64 to space.effective_batch_size"]
+    bottom = edge_warnings({"learning_rate": 5.2e-5, "effective_batch_size": 16, "warmup_ratio": 0.0}, space)
+    # A warm-up of 0 at the bottom of [0, 0.2]: there is nothing below it to search.
+    assert [w.split(";")[1].strip() for w in bottom] == ["widen space.learning_rate.low (to 2.5e-05, say)"]
+    assert edge_warnings({"learning_rate": 1.2e-4, "effective_batch_size": 16, "warmup_ratio": 0.1}, space) == []
+
+
+def test_without_initial_points_tpe_tries_the_baseline_then_the_spaces_centre():
+    config = _config({"learning_rate": {"low": 1e-5, "high": 1e-3, "log": True}, "effective_batch_size": [8, 16, 32],
+                      "warmup_ratio": {"low": 0.0, "high": 0.2}})
+    searcher = make_searcher(config, ["fp32"])
+    first, second, third = [searcher.suggest(f"t{i}") for i in range(3)]
+    assert first[BASELINE_KEY] is True
+    assert second["learning_rate"] == pytest.approx(1e-4) and second["effective_batch_size"] == 16
+    assert second["warmup_ratio"] == pytest.approx(0.1) and BASELINE_KEY not in second | third
+    random = _config({"learning_rate": RANGE}, {"algorithm": "random", "baseline": "off"})
+    assert make_searcher(random, ["fp32"]).suggest("t0")["learning_rate"] != pytest.approx(math.sqrt(1e-4 * 1e-3))

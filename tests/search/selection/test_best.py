@@ -1,0 +1,96 @@
+"""The best checkpoint is the best evaluation over all trials, ties to the earlier step."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from finesweep.search.selection.best import pick_best
+
+
+def result(trial_id: str, evaluations: list[tuple[int, float]], config: dict | None = None):
+    checkpoints = [(SimpleNamespace(path=f"/ckpt/{trial_id}/{step}"), {"step": step, "acc": value, "trial_id": trial_id,
+                                                                     "mlflow_run_id": f"run-{trial_id}"})
+                   for step, value in evaluations]
+    return SimpleNamespace(best_checkpoints=checkpoints, config=config or {"model": "m", "learning_rate": 1e-4, "other": 1})
+
+
+def test_the_best_of_all_evaluations_wins_not_the_last_of_each_trial():
+    results = [result("a", [(10, 0.6), (20, 0.9), (30, 0.7)]), result("b", [(10, 0.8), (20, 0.85)])]
+    best = pick_best(results, "acc", "max")
+    assert (best.trial_id, best.step, best.value) == ("a", 20, 0.9)
+    assert str(best.checkpoint_dir) == "/ckpt/a/20"
+    assert best.params == {"model": "m", "learning_rate": 1e-4}
+    assert best.mlflow_run_id == "run-a"
+
+
+def test_minimising_and_ties_go_to_the_earlier_step():
+    results = [result("a", [(30, 0.5)]), result("b", [(10, 0.5), (20, 0.7)])]
+    best = pick_best(results, "acc", "min")
+    assert (best.trial_id, best.step) == ("b", 10)
+
+
+def test_nan_and_missing_values_are_ignored_and_nothing_gives_none():
+    results = [result("a", [(10, float("nan"))]), SimpleNamespace(best_checkpoints=None, config={})]
+    assert pick_best(results, "acc", "max") is None
+    assert pick_best([result("a", [(10, 0.3)])], "missing_metric", "max") is None
+
+
+def test_best_survives_summary_json():
+    import json
+
+    from finesweep.search.selection.best import Best
+
+    best = pick_best([result("a", [(10, 0.6), (20, 0.9)])], "acc", "max")
+    assert Best.from_dict(json.loads(json.dumps(best.as_dict()))) == best
+
+
+def test_checkpoint_score_orders_by_metric_then_earlier_step():
+    from finesweep.search.selection.best import checkpoint_score
+
+    assert checkpoint_score(0.9, 400, "max") > checkpoint_score(0.8, 10, "max")
+    assert checkpoint_score(0.4, 400, "min") > checkpoint_score(0.5, 10, "min")
+    assert checkpoint_score(0.5, 10, "min") > checkpoint_score(0.5, 20, "min")
+    assert checkpoint_score(250.0, 10, "max") > checkpoint_score(250.0, 11, "max")  # large values tie-break too
+    assert checkpoint_score(0.500002, 10**6, "max") > checkpoint_score(0.5, 1, "max")
+
+
+def _tied_trial(config):
+    """Five evaluations with the same metric value: 0.5 at steps 10..50, a checkpoint with each."""
+    import tempfile
+
+    from ray import tune
+
+    from finesweep.search.selection.best import CHECKPOINT_SCORE, checkpoint_score
+
+    for step in range(10, 60, 10):
+        with tempfile.TemporaryDirectory() as folder:
+            metrics = {"acc": 0.5, "step": step, "trial_id": tune.get_context().get_trial_id()}
+            tune.report({**metrics, CHECKPOINT_SCORE: checkpoint_score(0.5, step, "max")},
+                        checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+def test_tune_keeps_the_earliest_of_tied_checkpoints(tmp_path):
+    """Real Tune with the sweep's CheckpointConfig: of five tied evaluations it keeps the first (ranking by the
+    bare metric, Tune keeps the last of equal scores), so the winner pick_best names still exists on disk."""
+    import os
+
+    import ray
+    from ray import tune
+
+    from finesweep.search.tuning.tuner import checkpoint_config
+    from finesweep.search.tuning.ray_cluster import start_ray
+    from finesweep.spaces import SweepConfig
+
+    config = SweepConfig.model_validate({"name": "tie", "data": {"path": "x.csv"}, "models": [{"name": "m", "path": "m"}],
+                                         "search": {"metric": "acc", "mode": "max", "keep_checkpoints": 1}})
+    start_ray(None)
+    try:
+        tuner = tune.Tuner(tune.with_resources(_tied_trial, {"cpu": 1}), run_config=tune.RunConfig(
+            name="tie", storage_path=str(tmp_path), checkpoint_config=checkpoint_config(config), verbose=0))
+        results = tuner.fit()
+    finally:
+        ray.shutdown()
+    kept = sorted(metrics["step"] for _, metrics in results[0].best_checkpoints)
+    assert kept == [10]
+    best = pick_best(results, "acc", "max")
+    assert best.step == 10 and os.path.isdir(best.checkpoint_dir)

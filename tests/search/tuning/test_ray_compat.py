@@ -1,0 +1,101 @@
+"""Every Ray internal finesweep relies on (search/tuning/ray_compat.py), pinned against the installed Ray: a release
+that renames or reshapes one fails here, naming the version, before a sweep fails somewhere far from the cause."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from finesweep.search.tuning import ray_compat
+
+RAY = __import__("ray").__version__
+CHECKED = f"(checked on ray 2.60; installed: ray {RAY}): update search/tuning/ray_compat.py"
+
+
+def _tiny_trainable(config):
+    """Two evaluations with a checkpoint each, and a look at Ray Train's queue from inside the Tune session."""
+    from ray import tune
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    queue = ray_compat.tune_report_queue(TuneReportCallback())
+    queue_ok = all(callable(getattr(queue, name, None)) for name in ("put", "get_nowait", "empty"))
+    for step in (1, 2):
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "state.txt").write_text(str(step))
+            tune.report({"step": step, "queue_ok": queue_ok}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+@pytest.fixture(scope="module")
+def tiny_experiment(tmp_path_factory):
+    """A real Tune experiment on a local Ray started as finesweep starts it."""
+    import ray
+    from ray import tune
+
+    from finesweep.search.tuning.ray_cluster import start_ray, tune_environment
+
+    start_ray(None)
+    tune_environment()
+    storage = tmp_path_factory.mktemp("tune")
+    try:
+        tuner = tune.Tuner(tune.with_resources(_tiny_trainable, {"cpu": 1}),
+                           run_config=tune.RunConfig(name="compat", storage_path=str(storage), verbose=0))
+        results = tuner.fit()
+        yield storage / "compat", results, [node["NodeManagerAddress"] for node in ray.nodes()]
+    finally:
+        ray.shutdown()
+
+
+def test_a_local_ray_node_binds_loopback(tiny_experiment):
+    _, _, addresses = tiny_experiment
+    assert addresses == ["127.0.0.1"], f"ray.init(**local_node_on_loopback()) no longer binds loopback {CHECKED}"
+
+
+def test_saved_trials_reads_tunes_experiment_state(tiny_experiment):
+    experiment, results, _ = tiny_experiment
+    saved = ray_compat.saved_trials(experiment)
+    assert len(saved) == 1, f"Tune's experiment_state JSON changed shape {CHECKED}"
+    trial, result = saved[0], results[0]
+    assert trial.status == "TERMINATED" and trial.folder.is_dir(), f"trial status or relative_logdir moved {CHECKED}"
+    assert trial.trial_id in trial.folder.name
+    assert trial.checkpoint == Path(result.checkpoint.path).name, f"last_result.checkpoint_dir_name moved {CHECKED}"
+    assert (trial.folder / trial.checkpoint / "state.txt").read_text() == "2"
+
+
+def test_tune_report_callbacks_queue_is_reachable_inside_a_trial(tiny_experiment):
+    _, results, _ = tiny_experiment
+    assert results[0].metrics["queue_ok"] is True, f"TuneReportCallback's item queue moved {CHECKED}"
+
+
+def test_the_train_session_dir_holds_the_trials_working_dirs(tiny_experiment):
+    session_dir = ray_compat.train_session_dir()  # the fixture's Ray session is still up
+    working = list(session_dir.glob("*/compat/working_dirs/*"))
+    assert len(working) == 1, f"trials' working dirs are no longer under _get_ray_train_session_dir() {CHECKED}"
+
+
+def test_an_actor_mixin_reaches_the_function_trainables_class():
+    from ray.tune.trainable.function_trainable import wrap_function
+
+    class Marker:
+        def cleanup(self):
+            self.cleaned = True
+            super().cleanup()
+
+    def trainable(config):
+        return None
+
+    wrapped = wrap_function(ray_compat.add_actor_mixin(trainable, Marker))
+    assert issubclass(wrapped, Marker), f"Tune's __mixins__ hook is gone {CHECKED}"
+
+
+def test_ray_trains_controller_callback_has_the_start_hook():
+    hook = getattr(ray_compat.ControllerCallback, "after_controller_start", None)
+    assert callable(hook), f"ControllerCallback.after_controller_start is gone {CHECKED}"
+
+
+def test_asha_milestones_are_readable_from_the_scheduler():
+    from ray.tune.schedulers import ASHAScheduler
+
+    scheduler = ASHAScheduler(time_attr="training_iteration", max_t=9, grace_period=1, reduction_factor=3)
+    assert ray_compat.asha_milestones_of(scheduler) == [1, 3, 9], CHECKED

@@ -1,0 +1,35 @@
+"""How many trials TPE samples at random before it models the results (search/tuning/samplers.py), and that the
+searcher the sweep builds hands Optuna's TPESampler that number."""
+
+from __future__ import annotations
+
+import pytest
+
+from finesweep.search.tuning import optuna_compat
+from finesweep.search.tuning.ray_compat import optuna_study_of
+from finesweep.search.tuning.samplers import make_searcher, tpe_startup_trials
+from finesweep.spaces import SweepConfig
+
+MINIMAL = {"name": "s", "data": {"path": "data.csv"}, "models": [{"name": "m", "path": "model"}]}
+
+
+@pytest.mark.parametrize("num_trials, startup", [
+    (1, 2), (2, 2), (5, 2), (8, 2),  # at least 2, even when that is more than a third (or all) of the trials
+    (9, 3), (11, 3), (12, 4), (29, 9),  # a third, rounded down
+    (30, 10), (31, 10), (1000, 10),  # at most Optuna's default of 10
+])
+def test_a_third_of_the_trials_start_at_random_at_least_2_and_at_most_10(num_trials, startup):
+    assert tpe_startup_trials(num_trials) == startup
+
+
+@pytest.mark.parametrize("search, startup", [
+    ({"num_trials": 3}, 2),
+    ({"num_trials": 12}, 4),
+    ({"num_trials": 100}, 10),
+    ({"num_trials": 100, "max_steps": 10, "eval_every_steps": 5, "step_budget": 120}, 4),  # the budget pays for 12 full trials, not 100
+])
+def test_the_sweeps_tpe_sampler_gets_that_number(search, startup):
+    config = SweepConfig.model_validate({**MINIMAL, "search": {"algorithm": "tpe", **search}})
+    sampler = optuna_study_of(make_searcher(config, ["fp32"])).sampler
+    assert type(sampler).__name__ == "TPESampler"
+    assert optuna_compat.tpe_startup_trials_of(sampler) == startup

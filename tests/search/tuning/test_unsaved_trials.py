@@ -1,0 +1,79 @@
+"""Resume after a crash between Tune's state saves: trials the saved state does not know leave no open MLflow runs,
+and a trial whose saved checkpoint Tune deleted resumes from its newest whole one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from finesweep.search.tuning.trainable import TrialContext
+from finesweep.search.tracking.client import Tracker, default_tracking_uri
+from finesweep.search.tracking.tags import END_STATE_TAG, TRIAL_TAG
+from finesweep.search.tuning.recovery import drop_runs_of_unsaved_trials, saved_trials
+
+
+def _saved_state(experiment_dir: Path, trial_ids: list[str]) -> None:
+    """An experiment state holding `trial_ids` as RUNNING, in the fields Tune 2.60 writes (the ones read back)."""
+    experiment_dir.mkdir(parents=True)
+    trial_data = [[json.dumps({"trial_id": t, "status": "RUNNING", "relative_logdir": f"trial-{t}"}),
+                   json.dumps({"last_result": {"checkpoint_dir_name": "checkpoint_000001"}})] for t in trial_ids]
+    (experiment_dir / "experiment_state-2026-11-22_10-00-00.json").write_text(json.dumps({"trial_data": trial_data}))
+
+
+def test_runs_of_trials_unknown_to_the_saved_state_are_deleted_or_closed(tmp_path):
+    tracker = Tracker(default_tracking_uri(tmp_path))
+    experiment = tracker.experiment("s", tmp_path / "mlartifacts")
+    parent = tracker.start_run(experiment, "sweep", {"finesweep.kind": "sweep"})
+    runs = {t: tracker.start_run(experiment, f"trial-{t}", {TRIAL_TAG: t}, parent) for t in ("saved", "bare", "evaluated")}
+    tracker.log_metrics(runs["evaluated"], {"eval_loss": 0.9}, 5)
+    _saved_state(tmp_path / "tune", ["saved"])
+    assert [t.trial_id for t in saved_trials(tmp_path / "tune")] == ["saved"]
+    context = TrialContext(sweep={}, tokenized={}, label_names=None, micro_batches={}, eval_batches={},
+                           tracking_uri=tracker.uri, experiment_id=experiment, parent_run_id=parent)
+
+    assert sorted(drop_runs_of_unsaved_trials(tracker, context, tmp_path / "tune")) == ["bare", "evaluated"]
+    left = {r.data.tags[TRIAL_TAG]: r for r in tracker.trial_runs(experiment, parent)}
+    assert set(left) == {"saved", "evaluated"}  # the run with no evaluation is gone (soft-deleted)
+    assert left["saved"].info.status == "RUNNING"  # Tune resumes it
+    assert left["evaluated"].info.status == "FAILED" and left["evaluated"].data.tags[END_STATE_TAG] == "lost_in_crash"
+
+
+def _checkpoint(folder: Path, step: int) -> Path:
+    """A checkpoint in the Trainer's file formats (state, safetensors weights, torch.save'd optimizer)."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    save_file({"weight": torch.full((64, 64), float(step))}, folder / "model.safetensors")
+    torch.save({"state": {0: {"exp_avg": torch.zeros(64, 64)}}}, folder / "optimizer.pt")
+    return folder
+
+
+def _cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_a_lost_checkpoint_takes_the_newest_whole_one_and_half_copied_ones_are_removed(tmp_path):
+    from finesweep.search.tuning.recovery import is_whole_checkpoint, recover_lost_checkpoints
+
+    _saved_state(tmp_path / "tune", ["t1"])  # it names checkpoint_000001, which Tune deleted
+    trial = tmp_path / "tune" / "trial-t1"
+    _checkpoint(trial / "checkpoint_000002", 20)
+    _cut(_checkpoint(trial / "checkpoint_000003", 30) / "model.safetensors")  # copies a crash stopped half way
+    _cut(_checkpoint(trial / "checkpoint_000004", 40) / "optimizer.pt")
+    (_checkpoint(trial / "checkpoint_000005", 50) / "trainer_state.json").unlink()
+    assert [is_whole_checkpoint(trial / f"checkpoint_00000{i}") for i in (2, 3, 4, 5)] == [True, False, False, False]
+
+    assert recover_lost_checkpoints(tmp_path / "tune") == ["t1"]
+    assert sorted(p.name for p in trial.iterdir()) == ["checkpoint_000001"]
+    assert json.loads((trial / "checkpoint_000001" / "trainer_state.json").read_text())["global_step"] == 20
+
+
+def test_a_lost_checkpoint_with_no_whole_newer_one_is_left_for_tune_to_report(tmp_path):
+    from finesweep.search.tuning.recovery import recover_lost_checkpoints
+
+    _saved_state(tmp_path / "tune", ["t1"])
+    _cut(_checkpoint(tmp_path / "tune" / "trial-t1" / "checkpoint_000002", 20) / "model.safetensors")
+    assert recover_lost_checkpoints(tmp_path / "tune") == []
+    assert (tmp_path / "tune" / "trial-t1" / "checkpoint_000002").is_dir()

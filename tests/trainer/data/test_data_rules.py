@@ -1,0 +1,222 @@
+"""trainer.data, issue 3: normalised cleaning rules, pre-split input, leakage, too-long rows, tokenizer checks, report."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from finesweep.spaces import DataConfig, ModelCandidate, SweepConfig, Task
+from finesweep.trainer import data
+from finesweep.trainer.data import DataError, prepare
+from tests import tiny
+
+FRACTIONS = {"train": 0.5, "validation": 0.25, "test": 0.25}
+
+
+def _write(path: Path, rows: list[list[str]]) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(rows)
+    return path
+
+
+def _base(n: int = 20) -> list[list[str]]:
+    return [["text", "label"]] + [[f"text {i}", "pos" if i % 2 else "neg"] for i in range(n)]
+
+
+def _texts(prepared, split: str) -> list[str]:
+    return data.load_tokenized(prepared.folder)[split]["text"]
+
+
+# ---------------------------------------------------------------- cleaning rules
+
+
+def test_near_duplicates_and_conflicts_after_normalisation(tmp_path):
+    rows = _base() + [["TEXT  1", "pos"], ["\uff54ext 3", "pos"]]      # case + whitespace; fullwidth t (NFKC)
+    rows += [["Torn apart", "pos"], ["torn   APART", "neg"]]          # a conflict only after normalising
+    path = _write(tmp_path / "d.csv", rows)
+    report = prepare(DataConfig(path=str(path), splits=FRACTIONS), 0, tmp_path).report
+    assert report.dropped == {"conflicting_labels": 2, "near_duplicate": 2}
+    assert report.dropped_examples["near_duplicate"] == ["TEXT  1 | pos", "\uff54ext 3 | pos"]
+    assert sum(report.splits.values()) == 20
+    exact = prepare(DataConfig(path=str(path), splits=FRACTIONS, normalize=False), 0, tmp_path).report
+    assert exact.dropped == {}  # without normalising, every row is distinct
+
+
+def test_conflicts_kept_when_turned_off(tmp_path):
+    path = _write(tmp_path / "d.csv", _base() + [["torn", "pos"], ["torn", "neg"]])
+    report = prepare(DataConfig(path=str(path), splits=FRACTIONS, drop_conflicts=False), 0, tmp_path).report
+    assert report.dropped == {"duplicate": 1}  # the second "torn" is then a plain duplicate of the first
+
+
+def test_labels_outside_allowed_set_are_dropped(tmp_path):
+    path = _write(tmp_path / "d.csv", _base() + [["odd one", "spam"], ["odd two", "spam"], ["odd three", "?"]])
+    report = prepare(DataConfig(path=str(path), splits=FRACTIONS, allowed_labels=["neg", "pos"]), 0, tmp_path).report
+    assert report.dropped == {"label_not_allowed": 3}
+    assert report.label_names == ["neg", "pos"]
+    with pytest.raises(DataError, match=r"1 distinct label.*label_not_allowed"):
+        prepare(DataConfig(path=str(path), splits=FRACTIONS, allowed_labels=["neg", "nothing"]), 0, tmp_path)
+
+
+def test_classes_too_small_to_split_are_dropped(tmp_path):
+    path = _write(tmp_path / "d.csv", _base() + [["rare one", "rare"], ["rare two", "rare"]])
+    report = prepare(DataConfig(path=str(path), splits=FRACTIONS), 0, tmp_path).report
+    assert report.dropped == {"rare_class": 2}
+    assert report.label_names == ["neg", "pos"]
+    kept = prepare(DataConfig(path=str(path), splits=FRACTIONS, drop_rare_classes=False), 0, tmp_path).report
+    assert kept.label_names == ["neg", "pos", "rare"] and "rare_class" not in kept.dropped
+
+
+def test_mixed_type_labels_are_refused(tmp_path):
+    path = tmp_path / "d.jsonl"
+    rows = [{"text": f"t{i}", "label": i % 2} for i in range(10)] + [{"text": "x", "label": "positive"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with pytest.raises(DataError, match=r"column 'label' mixes label types \(int 0 at line 1; str 'positive' at line 11\)"):
+        prepare(DataConfig(path=str(path)), 0, tmp_path)
+
+
+def test_integer_labels_alone_are_fine(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"text": f"t{i}", "label": i % 2}) + "\n" for i in range(20)), encoding="utf-8")
+    assert prepare(DataConfig(path=str(path)), 0, tmp_path).report.label_names == ["0", "1"]
+
+
+# ---------------------------------------------------------------- pre-split input and leakage
+
+
+def _pre_split_files(tmp_path: Path) -> Path:
+    _write(tmp_path / "val.csv", [["text", "label"]] + [[f"val {i}", "ab"[i % 2]] for i in range(6)])
+    _write(tmp_path / "test.csv", [["text", "label"]] + [[f"test {i}", "ab"[i % 2]] for i in range(6)] + [["Shared Text", "a"]])
+    train = [["text", "label"]] + [[f"train {i}", "ab"[i % 2]] for i in range(10)] + [["shared  text", "a"], ["VAL 1", "b"]]
+    return _write(tmp_path / "train.csv", train)
+
+
+def test_pre_split_files_are_used_as_they_are_and_leaks_leave_train(tmp_path):
+    train = _pre_split_files(tmp_path)
+    config = DataConfig(path=str(train), validation_path="val.csv", test_path=str(tmp_path / "test.csv"))
+    prepared = prepare(config, 0, tmp_path / "cache")
+    report = prepared.report
+    assert report.pre_split and report.rows_in == 12 + 6 + 7
+    assert report.splits == {"train": 10, "validation": 6, "test": 7}
+    assert report.dropped == {"leaked_into_train": 2}
+    assert sorted(report.dropped_examples["leaked_into_train"]) == ["VAL 1", "shared  text"]
+    assert "shared  text" not in _texts(prepared, "train") and "Shared Text" in _texts(prepared, "test")
+    assert "(pre-split)" in report.render()
+    assert prepare(config.model_copy(update={"drop_leaked": False}), 0, tmp_path / "c2").report.splits["train"] == 12
+
+
+@pytest.mark.parametrize(("fields", "pattern"), [
+    ({"validation_path": "v.csv"}, r"needs both validation_path and test_path"),
+    ({"validation_path": "v.csv", "test_path": "t.csv", "splits": {"train": 0.7, "validation": 0.15, "test": 0.15}},
+     r"splits cannot be set with pre-split input"),
+])
+def test_pre_split_schema_is_validated(fields, pattern):
+    with pytest.raises(ValidationError, match=pattern):
+        DataConfig(path="train.csv", **fields)
+
+
+def test_leak_found_when_duplicates_are_kept(tmp_path):
+    rows = _base(40) + [[f"text {i}", "pos" if i % 2 else "neg"] for i in range(40)]  # every text twice
+    path = _write(tmp_path / "d.csv", rows)
+    report = prepare(DataConfig(path=str(path), drop_duplicates=False, splits=FRACTIONS), 0, tmp_path).report
+    assert report.dropped["leaked_into_train"] > 0
+    assert report.splits["train"] == 40 - report.dropped["leaked_into_train"]
+
+
+def test_datasets_folders(tmp_path, sentiment_csv):
+    from datasets import Dataset, DatasetDict
+
+    rows = tiny.sentiment_rows(300)
+    Dataset.from_list(rows).save_to_disk(str(tmp_path / "one"))
+    reference = prepare(DataConfig(path=str(sentiment_csv)), 0, tmp_path / "c0")
+    single = prepare(DataConfig(path=str(tmp_path / "one")), 0, tmp_path / "c1")
+    assert single.report.splits == reference.report.splits and not single.report.pre_split
+    parts = DatasetDict(train=Dataset.from_list(rows[:200]), validation=Dataset.from_list(rows[200:250]),
+                        test=Dataset.from_list(rows[250:]))
+    parts.save_to_disk(str(tmp_path / "three"))
+    three = prepare(DataConfig(path=str(tmp_path / "three")), 0, tmp_path / "c2").report
+    assert three.pre_split and three.splits == {"train": 200, "validation": 50, "test": 50}
+    DatasetDict(train=parts["train"], test=parts["test"]).save_to_disk(str(tmp_path / "two"))
+    with pytest.raises(DataError, match=r"splits \['train', 'test'\]"):
+        prepare(DataConfig(path=str(tmp_path / "two")), 0, tmp_path / "c3")
+    (tmp_path / "empty_dir").mkdir()
+    with pytest.raises(DataError, match=r"not one written by datasets' save_to_disk"):
+        prepare(DataConfig(path=str(tmp_path / "empty_dir")), 0, tmp_path / "c4")
+
+
+# ---------------------------------------------------------------- tokenizing: too long, vocabulary, padding, report
+
+
+def _classifier_tokenizer(folder):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.mark.parametrize("action", ["truncate", "drop"])
+def test_too_long_rows_are_truncated_or_dropped_and_counted(sentiment_csv, tiny_classifier, tmp_path, action):
+    tokenizer = _classifier_tokenizer(tiny_classifier)
+    prepared = prepare(DataConfig(path=str(sentiment_csv)), 0, tmp_path)
+    lengths = [len(tokenizer(t)["input_ids"]) for t in _texts(prepared, "train")]
+    limit = max(lengths) - 1
+    folder = data.tokenize(prepared, tokenizer, Task.classification, limit, tmp_path, too_long=action)
+    train = data.load_tokenized(folder)["train"]
+    entry = data.token_entry(tokenizer, {"p50": 1, "p95": 1, "p99": 1, "max": 1}, folder)
+    over = sum(n > limit for n in lengths)
+    assert over > 0 and entry["too_long"] >= over and entry["too_long_action"] == action
+    assert len(train) == (len(lengths) - over if action == "drop" else len(lengths))
+    assert max(len(ids) for ids in train["input_ids"]) <= limit
+
+
+def test_tokenizer_that_does_not_match_its_model_is_named(sentiment_csv, tiny_classifier, tmp_path):
+    tokenizer = _classifier_tokenizer(tiny_classifier)
+    prepared = prepare(DataConfig(path=str(sentiment_csv)), 0, tmp_path)
+    data.tokenize(prepared, tokenizer, Task.classification, 32, tmp_path, vocab_size=len(tokenizer), model_name="ok")
+    with pytest.raises(DataError, match=r"model 'small-model': its tokenizer produces token id \d+ .* only 50 rows"):
+        data.tokenize(prepared, tokenizer, Task.classification, 32, tmp_path, vocab_size=50, model_name="small-model")
+
+
+def test_causal_tokenizer_without_pad_token_pads_with_eos_and_says_so(instructions_csv, tiny_causal_lm, tmp_path):
+    from finesweep.trainer.models import load_tokenizer
+
+    tokenizer = load_tokenizer(ModelCandidate(name="t", path=str(tiny_causal_lm)))
+    assert tokenizer.pad_token == tokenizer.eos_token  # the tiny GPT-2 defines no pad token of its own
+    prepared = prepare(DataConfig(path=str(instructions_csv), task="causal_lm"), 0, tmp_path)
+    folder = data.tokenize(prepared, tokenizer, Task.causal_lm, 64, tmp_path)
+    entry = data.token_entry(tokenizer, {"p50": 10, "p95": 12, "p99": 13, "max": 14}, folder)
+    assert entry["pad_token"] == "eos"
+    prepared.report.tokens = {"gpt": entry}
+    assert "pads with its end-of-sequence token" in prepared.report.render()
+
+
+def test_sweep_prepare_data_reports_lengths_and_saves_histogram(sentiment_csv, tiny_classifier, tmp_path):
+    from rich.console import Console as RichConsole
+
+    from finesweep.search.outputs.console import Console
+    from finesweep.search.inputs import SweepFolder, prepare_data
+
+    config = SweepConfig(name="t", data=DataConfig(path=str(sentiment_csv)), output_root=str(tmp_path),
+                         models=[ModelCandidate(name="tiny", path=str(tiny_classifier))])
+    console = Console(RichConsole(record=True, width=200))
+    result = prepare_data(config, SweepFolder(tmp_path / "t"), console)
+    plot = result.prepared.length_plot
+    assert plot == result.prepared.folder / "lengths.png" and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    entry = result.prepared.report.tokens["tiny"]
+    assert entry["max_seq_len"] == result.max_seq_len and entry["p99"] <= result.max_seq_len
+    saved = json.loads((result.prepared.folder / "report.json").read_text(encoding="utf-8"))
+    assert saved["tokens"]["tiny"] == entry
+    assert "tiny tokens: p50" in console.out.export_text()
+    again = prepare(config.data, config.seed, tmp_path / "t" / "cache")
+    assert again.length_plot == plot and again.report.tokens == {"tiny": entry}
+
+
+@pytest.mark.parametrize("header", [b"PK\x03\x04\x14\x00\x06\x00", b"PAR1\x15\x04\x15\x00"])  # xlsx (zip), Parquet
+def test_a_binary_file_named_csv_is_said_to_be_one(tmp_path, header):
+    path = tmp_path / "data.csv"
+    path.write_bytes(header + bytes(range(256)) * 8)
+    config = DataConfig(path=str(path), encoding="latin-1")  # latin-1 decodes any byte: only the NUL check can tell
+    with pytest.raises(DataError, match=r"data.csv: this is not a text file \(it holds NUL bytes\).*CSV.*export it"):
+        prepare(config, 0, tmp_path / "cache")
