@@ -69,6 +69,10 @@ def _quiet_libraries(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("bitsandbytes", "mlflow", "optuna", "alembic"):
         logging.getLogger(noisy).setLevel(logging.INFO if verbose else logging.ERROR)
+    if not verbose:
+        from finesweep.search.inputs import quiet_console
+
+        quiet_console()
 
 
 def _ray_environment(address: str | None) -> None:
@@ -360,7 +364,7 @@ def predict(export_dir: Path = typer.Argument(..., help="An exported model folde
     _quiet_libraries(False)
     with user_errors():
         _check_model_folder(export_dir)
-        from finesweep.trainer.predict import predict as run_predict
+        from finesweep.trainer.serving.predict import predict as run_predict
 
         for text, answer in zip(texts, run_predict(export_dir, texts)):
             typer.echo(f"{text!r} -> {json.dumps(answer)}")

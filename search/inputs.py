@@ -11,6 +11,11 @@ from typing import Any
 from finesweep.search.outputs.console import Console
 from finesweep.spaces import SweepConfig, Task
 from finesweep.spaces.files import CACHE_ENV, machine_cache
+from finesweep.trainer import data, gguf, models
+from finesweep.trainer.data.chat import resolve_template
+from finesweep.trainer.data.lengths import covering_length, percentiles, prompt_lengths, token_lengths
+from finesweep.trainer.data.tokenizing import replies_cut, replies_cut_error
+from finesweep.trainer.models import model_vocab_size
 
 
 @dataclass
@@ -67,6 +72,32 @@ def log_to_file(path: Path) -> None:
     root.setLevel(min(root.level, logging.INFO))
 
 
+def sweep_log_file() -> Path | None:
+    """The log file this process's sweep writes to (log_to_file's), if any: a child process writes there too."""
+    for handler in logging.getLogger().handlers:
+        if getattr(handler, "finesweep_sweep_log", False):
+            return Path(handler.baseFilename)  # type: ignore[attr-defined]
+    return None
+
+
+class FinesweepOnly(logging.Filter):
+    """On the console: finesweep's own records, and other libraries' errors. Their warnings and notices (torchao's
+    optional kernels, bitsandbytes' CPU kernels, torch's deprecations) are nothing a user of finesweep acts on; they
+    still reach the sweep's log file, whose handler has no such filter."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name.split(".")[0] == "finesweep" or record.levelno >= logging.ERROR
+
+
+def quiet_console() -> None:
+    """Python warnings become log records (logger py.warnings) and the console shows only FinesweepOnly's: other
+    libraries' warnings go to the sweep's log file instead of the terminal."""
+    logging.captureWarnings(True)
+    for handler in logging.getLogger().handlers:
+        if type(handler) is logging.StreamHandler and not any(isinstance(f, FinesweepOnly) for f in handler.filters):
+            handler.addFilter(FinesweepOnly())
+
+
 @dataclass
 class PreparedSweep:
     """Data and tokenized splits for every candidate model."""
@@ -83,8 +114,6 @@ def dequantize_gguf(config: SweepConfig, console: Console) -> SweepConfig:
     candidate keeps its GGUF file on record (gguf_origin) for the model card. A config already resolved (resume,
     re-export: the saved config is this one) comes back unchanged, unless its folder is gone (the cache was
     cleared): then the folder is made again from the GGUF file."""
-    from finesweep.trainer import gguf
-
     config = config.model_copy(update={"models": [gguf.from_lost_folder(m) for m in config.models]})
     gguf.check_gguf(config)
     cache = machine_cache()
@@ -106,18 +135,12 @@ def dequantize_gguf(config: SweepConfig, console: Console) -> SweepConfig:
 def read_data(config: SweepConfig, folder: SweepFolder):
     """Load, clean, split (cached by content): no model is needed, so a data error surfaces in seconds, before any
     model loads or a GGUF file is dequantized."""
-    from finesweep.trainer import data
-
     return data.prepare(config.data, config.seed, folder.cache)
 
 
 def prepare_data(config: SweepConfig, folder: SweepFolder, console: Console, prepared=None) -> PreparedSweep:
     """Load, clean, split (or take `prepared`, read_data's); then tokenize once per candidate (cached by content).
     The length histogram's PNG is at `prepared.length_plot` (next to report.json), for the parent run."""
-    from finesweep.trainer import data, models
-    from finesweep.trainer.data.lengths import covering_length, percentiles, token_lengths
-    from finesweep.trainer.models import model_vocab_size
-
     prepared = prepared or read_data(config, folder)
     tokenizers = {name: models.load_tokenizer(config.candidate(name), config.trust_remote_code) for name in config.model_names}
     templates = {name: chat_template(config, name, tok) for name, tok in tokenizers.items()}
@@ -144,9 +167,6 @@ def prepare_data(config: SweepConfig, folder: SweepFolder, console: Console, pre
 def _check_replies_kept(prepared, tokenizer, template: str | None, tokenized: Path, max_seq_len: int, name: str) -> None:
     """A max_seq_len that leaves most conversations no reply token is the user's to fix: said with the prompts'
     lengths (measured only then), before the probe loads the model."""
-    from finesweep.trainer.data.lengths import percentiles, prompt_lengths
-    from finesweep.trainer.data.tokenizing import replies_cut, replies_cut_error
-
     sizes = prepared.report.splits
     if cut := replies_cut(tokenized, sizes):
         prompts = percentiles(prompt_lengths(prepared.folder, tokenizer, chat_template=template))
@@ -156,8 +176,6 @@ def _check_replies_kept(prepared, tokenizer, template: str | None, tokenized: Pa
 def chat_template(config: SweepConfig, model_name: str, tokenizer) -> str | None:
     """The chat template candidate `model_name`'s conversations are rendered with (None: plain text; see
     trainer/data/chat.py); classification has none."""
-    from finesweep.trainer.data.chat import resolve_template
-
     if config.data.task != Task.causal_lm:
         return None
     return resolve_template(config.data.chat_template, tokenizer, model_name)

@@ -11,16 +11,21 @@ from typing import Any
 
 from finesweep.search.inputs import PreparedSweep, SweepFolder, dequantize_gguf, prepare_data, read_data
 from finesweep.search.outputs.console import Console
+from finesweep.search.outputs.export import check_backends
+from finesweep.search.probe import sharing
 from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions
 from finesweep.search.probe.plan import RAY_START_SECONDS, TRIAL_START_SECONDS, apply, plan_search
+from finesweep.search.probe.sharing import core_slots, gpu_slots
+from finesweep.search.probe.steer import dominated_precisions, slow_values, without
+from finesweep.search.probe.table import machine_probe_file, probe_all
 from finesweep.spaces import Method, SweepConfig, SweepFileError
+from finesweep.trainer.gguf import check_gguf
+from finesweep.trainer.models import check_pooling
 
 
 def measure_memory(config: SweepConfig, folder: SweepFolder, device: Device, precisions: list[str],
                    data: PreparedSweep, console: Console) -> dict[str, Any]:
     """The memory probe over the space's models, precisions and methods (cached by content), printed."""
-    from finesweep.search.probe.table import machine_probe_file, probe_all
-
     console.step("Probing memory: largest micro-batch per model, precision and method")
     labels = len(data.prepared.label_names or []) or 2
     cache = machine_probe_file()
@@ -70,10 +75,6 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
     """The checks that need no data, the data prepared and the probe run (both cached by content), the space
     steered by the probe's speeds. `started`: when the command started (time.time()); the clock's total counts
     from it (search.time_limit bounds the whole command)."""
-    from finesweep.search.outputs.export import check_backends
-    from finesweep.trainer.gguf import check_gguf
-    from finesweep.trainer.models import check_pooling
-
     clock = PhaseClock(started=time.perf_counter() - (time.time() - started)) if started else PhaseClock()
     check_backends(config)
     check_gguf(config)
@@ -103,8 +104,6 @@ def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str,
                    console: Console) -> tuple[SweepConfig, list[str]]:
     """Precisions and methods far slower than the alternatives on this machine leave the space
     (search.min_relative_speed), and so does a reduced precision slower than fp32."""
-    from finesweep.search.probe.steer import dominated_precisions, slow_values, without
-
     removals = slow_values(probes, config.search.min_relative_speed)
     removals += [r for r in dominated_precisions(probes) if (r.dimension, r.value) not in
                  {(kept.dimension, kept.value) for kept in removals}]
@@ -201,8 +200,6 @@ def trial_slots(config: SweepConfig, device: Device, address: str | None) -> int
     per trial's request; a cluster's size is Ray's to know, so there the sweep file's number."""
     import os
 
-    from finesweep.search.probe.sharing import core_slots, gpu_slots
-
     resources = config.resources
     wanted = min(config.search.max_concurrent_trials or 1, config.search.num_trials)
     if address is not None:
@@ -222,8 +219,6 @@ def kept_probes(config: SweepConfig, precisions: list[str], probes: dict[str, An
 
 def share_devices(config: SweepConfig, device: Device, probes: dict[str, Any], console: Console) -> SweepConfig:
     """GPUs per trial and trials at once, where the sweep file leaves them open (search/probe/sharing.py)."""
-    from finesweep.search.probe import sharing
-
     config, notes = sharing.share_devices(config, device, probes)
     for note in notes:
         console.step(note)

@@ -13,19 +13,27 @@ from typing import Any
 from finesweep.search.inputs import PreparedSweep, SweepFolder, log_to_file, prepare_data, sweep_folder
 from finesweep.search.measure import Measured, measure_inputs, plan_trials
 from finesweep.search.outputs.console import Console
+from finesweep.search.outputs.export import check_backends, export_best
+from finesweep.search.outputs.pareto_report import pick_export
+from finesweep.search.outputs.plots import log_sweep_plots
 from finesweep.search.probe.device import Device
-from finesweep.search.tracking.spool import SPOOL_FOLDER
-from finesweep.search.tracking.client import Tracker, default_tracking_uri
-from finesweep.search.tuning import exploit
 from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.best import Best, baseline_of
 from finesweep.search.selection.deploy import CPU_PREFIX
 from finesweep.search.selection.edges import edge_warnings
+from finesweep.search.tracking.client import Tracker, default_tracking_uri
+from finesweep.search.tracking.registry import register_export
+from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.tags import (BASELINE_TRIAL_TAG, BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG,
                                             DEPLOY_CPU_TAG, DEPLOY_TAG, DEVICE_TAG, EXPORT_COMPLETE_TAG, GIT_COMMIT_TAG,
                                             GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
+from finesweep.search.tuning import exploit
+from finesweep.search.tuning.context import TrialContext
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic
+from finesweep.spaces.grid import fit_to_grid
+from finesweep.trainer import data as data_module
+from finesweep.trainer.models import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -147,14 +155,11 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
 
 
 def _search(session: Session, address: str | None, tune_experiment: str, resume: bool):
-    from finesweep.search.outputs.pareto_report import pick_export
     from finesweep.search.tuning.recovery import drop_runs_of_unsaved_trials
     from finesweep.search.tuning.callbacks import TrialEndRecorder, budget_end_state
-    from finesweep.search.tuning.context import TrialContext
     from finesweep.search.tuning.ray_cluster import start_ray
     from finesweep.search.tuning.scratch import remove_scratch_left_here
     from finesweep.search.tuning.tuner import TuneSetup, make_tuner, restore_tuner
-    from finesweep.spaces.grid import fit_to_grid
 
     config, tracker = session.config, session.tracker
     if config.search.algorithm == "grid":
@@ -186,8 +191,6 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
         remove_scratch_left_here(tune_experiment)
         recorder.close_unfinished(budget_end_state(config, results))
     explored = None if resume else time.time() - started  # a resumed search's wall time here is not its own
-    from finesweep.search.outputs.plots import log_sweep_plots  # never raises: a plot failure must not fail the sweep
-
     log_sweep_plots(config, tracker, session.experiment_id, session.parent, session.precisions,
                     session.folder.root / "plots", session.console.warn)
     # With search.second_objective: the Pareto front printed and logged, and the trial search.pick names.
@@ -244,8 +247,6 @@ def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, par
     """The export's test metrics, model card and metrics.json on the parent run, and its variants registered
     (when export.register_model). Returns the registered model URIs. A registry that refuses (an old server, a
     file store) costs a warning, never the export on disk."""
-    from finesweep.search.tracking.registry import register_export
-
     for variant, metrics in exported.metrics.items():
         tracker.log_metrics(parent, {f"test_{variant}_{k}": v for k, v in metrics.items()}, 0)
     _record_deploy(tracker, parent, exported.deploy, console)
@@ -309,8 +310,6 @@ def _log_generations(tracker: Tracker, parent: str, path: Path) -> None:
 def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | None,
              console: Console | None = None):
     """Export a finished sweep's best checkpoint again, with other quantizations or into another folder."""
-    from finesweep.search.outputs.export import check_backends
-
     console = console or Console()
     state = read_state(sweep_dir)
     folder = SweepFolder(Path(state["root"]))
@@ -338,10 +337,6 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
 
 def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console,
                   baseline=None, edges: list[str] | None = None, exploitation: dict[str, Any] | None = None):
-    from finesweep.search.outputs.export import export_best
-    from finesweep.trainer import data as data_module
-    from finesweep.trainer.models import load_tokenizer
-
     console.step(f"Exporting the best checkpoint (trial {best.trial_id}, step {best.step}) and quantizing")
     tokenizer = load_tokenizer(config.candidate(best.model), config.trust_remote_code)
     test_split = data_module.load_tokenized(Path(data.tokenized[best.model]))["test"]

@@ -144,4 +144,5 @@ def test_tests_mirror_the_rooms():
     assert folders, "tests/ has rooms"
     for folder in folders:
         room = REPO / folder.relative_to(REPO / "tests")
-        assert (room / "__init__.py").is_file(), f"{folder.relative_to(REPO)} mirrors no package {room.relative_to(REPO)}"
+        assert (room / "__init__.py").is_file(), f"{folder.relative_to(REPO)}: no package {room.relative_to(REPO)}"
+

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from finesweep.spaces import Method, ModelCandidate, Precision, SweepFileError, Task
+from finesweep.spaces.files import write_json_atomic
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -64,7 +65,6 @@ def copy_config_without_code(full_dir: Path, out_dir: Path) -> None:
     with AutoConfig needs no code from the folder."""
     import json
 
-    from finesweep.spaces.files import write_json_atomic
     from finesweep.trainer.mean_pooling import MeanPooledBertConfig
 
     config = json.loads((Path(full_dir) / "config.json").read_text())
@@ -171,17 +171,8 @@ def _mean_pooled(source: str, kwargs: dict[str, Any]) -> "PreTrainedModel":
 
 
 def load_checkpoint(folder: str, task: Task, **extra: Any) -> "PreTrainedModel":
-    """A model saved by a trial or an export (config and safetensors in `folder`; labels in its config). An
-    onnx-int8 export folder loads as an ONNX Runtime session that answers the same calls (`OnnxClassifier`,
-    `OnnxCausalLM`)."""
-    from finesweep.trainer.onnx_runtime import OnnxClassifier, is_onnx_folder
-
-    if is_onnx_folder(folder):
-        if Task(task) == Task.causal_lm:
-            from finesweep.trainer.onnx_decoder import OnnxCausalLM
-
-            return OnnxCausalLM(folder)  # type: ignore[return-value]
-        return OnnxClassifier(folder)  # type: ignore[return-value]
+    """A model saved by a trial or an export in transformers' format (config and safetensors in `folder`; labels in
+    its config). An exported folder of any runtime loads through trainer/serving/loader.py."""
     return auto_model_class(task).from_pretrained(folder, **extra)
 
 

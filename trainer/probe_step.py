@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from finesweep.spaces import ModelCandidate, Precision, Task
+from finesweep.trainer import models
+from finesweep.trainer.models import TrainingSetup
 
 if TYPE_CHECKING:
     from finesweep.trainer.models import TrainingSetup
@@ -138,16 +142,12 @@ class _ModelCache:
 
 def _setup(request: ProbeRequest) -> "TrainingSetup":
     """What the trials of this combination train with (dropout does not change memory or speed: none here)."""
-    from finesweep.trainer.models import TrainingSetup
-
     return TrainingSetup(method=request.method, precision=request.precision, lora_r=request.lora_r,
                          lora_alpha=2 * request.lora_r, lora_dropout=0.0,
                          gradient_checkpointing=request.gradient_checkpointing)
 
 
 def _load(request: ProbeRequest, device: str):
-    from finesweep.trainer import models
-
     task = Task(request.task)
     labels = [str(i) for i in range(request.num_labels)] if task == Task.classification else None
     return models.load_trainable(ModelCandidate(**request.candidate), task, labels, _setup(request),
@@ -245,8 +245,13 @@ def device_gauge(device: str | None = None) -> MemoryGauge:
     return CudaMemoryGauge() if device == "cuda" else ProcessMemoryGauge()
 
 
-def worker_main(connection, device: str, threads: int) -> None:
-    """Probe process loop: receive a ProbeRequest as a dict, answer a ProbeAttempt as a dict; None ends it."""
+def worker_main(connection, device: str, threads: int, log_file: str | None = None) -> None:
+    """Probe process loop: receive a ProbeRequest as a dict, answer a ProbeAttempt as a dict; None ends it.
+    `log_file`: where the process's standard error goes (the sweep's log), so the warnings of the libraries it loads
+    (bitsandbytes' and torchao's kernels, torch's notices) stay off the terminal; an attempt's failure comes back
+    in its answer."""
+    if log_file:
+        _stderr_to(log_file)
     import torch
 
     torch.set_num_threads(max(1, threads))
@@ -261,3 +266,10 @@ def worker_main(connection, device: str, threads: int) -> None:
         except Exception as error:  # a broken model must not take the probe down with it
             attempt = ProbeAttempt(request.batch, 0, 0.0, error=f"{type(error).__name__}: {error}")
         connection.send(asdict(attempt))
+
+
+def _stderr_to(log_file: str) -> None:
+    """This process's standard error appended to `log_file`: Python's writes and native libraries' alike."""
+    stream = open(log_file, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - the process's stderr until it ends
+    os.dup2(stream.fileno(), 2)
+    sys.stderr = stream

@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from finesweep.spaces import ModelCandidate, Precision, Task
+from finesweep.trainer import data, models
+from finesweep.trainer.metrics import classification_metrics, with_perplexity
+from finesweep.trainer.models import CHECKPOINTING_KWARGS
+from finesweep.trainer.probe_step import device_gauge
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +168,6 @@ def single_process_rendezvous() -> None:
 def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
     from transformers import Trainer
 
-    from finesweep.trainer import data, models
-    from finesweep.trainer.metrics import classification_metrics
-
     task = Task(plan.task)
     candidate = ModelCandidate(**plan.candidate)
     tokenizer = models.load_tokenizer(candidate, plan.trust_remote_code)
@@ -198,8 +199,6 @@ class _Throughput:
     the trial, so neither model loading nor imports count), for every evaluation's report."""
 
     def __init__(self):
-        from finesweep.trainer.probe_step import device_gauge
-
         self.gauge = device_gauge()
         self.started, self.step_at_start, self.tokens_at_start = 0.0, 0, 0
 
@@ -230,8 +229,6 @@ def divergence_limit(model, task: Task) -> float:
 def _load_model(plan: TrialPlan, candidate: ModelCandidate, task: Task, tokenizer):
     from transformers import set_seed
 
-    from finesweep.trainer import models
-
     # The new head (and LoRA's adapters) are initialised here, before the Trainer seeds anything: seed now, or
     # the same trial trains from a different start each time it runs.
     set_seed(plan.seed)
@@ -255,8 +252,6 @@ def _device(use_gpu: bool) -> str:
 def _training_arguments(plan: TrialPlan):
     import torch
     from transformers import TrainingArguments
-
-    from finesweep.trainer.models import CHECKPOINTING_KWARGS
 
     on_cuda = plan.use_gpu and torch.cuda.is_available()
     return TrainingArguments(
@@ -297,8 +292,6 @@ def _training_arguments(plan: TrialPlan):
 def _sink_callback(sink: EvaluationSink, task: Task, loss_limit: float):
     """A TrainerCallback that hands logs and each evaluation, with its checkpoint, to the sink."""
     from transformers import TrainerCallback
-
-    from finesweep.trainer.metrics import with_perplexity
 
     class SinkCallback(TrainerCallback):
         def __init__(self):

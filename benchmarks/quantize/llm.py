@@ -57,9 +57,9 @@ def make_variants(full_dir: Path, work: Path) -> dict[str, Path]:
 
     from finesweep.spaces import Quantization, Task
     from finesweep.trainer.models import copy_tokenizer
-    from finesweep.trainer.onnx_decoder import export_float, quantized_folder
-    from finesweep.trainer.onnx_runtime import ONNX_FILE
-    from finesweep.trainer.quantize import quantize
+    from finesweep.trainer.serving.onnx_decoder import export_float, quantized_folder
+    from finesweep.trainer.serving.onnx_runtime import ONNX_FILE
+    from finesweep.trainer.serving.quantize import quantize
 
     folders = {"full": full_dir, "int8": quantize(full_dir, Quantization.int8, work / "int8", Task.causal_lm)}
     float_dir = work / "onnx-fp32"
@@ -80,11 +80,11 @@ def make_variants(full_dir: Path, work: Path) -> dict[str, Path]:
 
 def measure(name: str, folder: Path, test: Any, collate: Any) -> dict[str, Any]:
     from finesweep.spaces import Task
-    from finesweep.trainer.evaluate import evaluate, folder_size_bytes, serving_speed
-    from finesweep.trainer.generate import decode_speed
-    from finesweep.trainer.models import load_checkpoint
+    from finesweep.trainer.serving.evaluate import evaluate, folder_size_bytes, serving_speed
+    from finesweep.trainer.serving.generate import decode_speed
+    from finesweep.trainer.serving.loader import load_exported
 
-    model = load_checkpoint(str(folder), Task.causal_lm)
+    model = load_exported(folder, Task.causal_lm)
     row = {"variant": name, **evaluate(model, test, collate, Task.causal_lm), **serving_speed(model, test, collate),
            **decode_speed(model, test), "size_bytes": folder_size_bytes(folder)}
     del model

@@ -189,7 +189,7 @@ def make_variants(full_dir: Path, work: Path, task: Any) -> tuple[dict[str, Path
 def make_variant(name: str, full_dir: Path, out: Path, task: Any) -> Path:
     """The variant's folder: the full one, or what finesweep's quantizer (the export's) saves."""
     from finesweep.spaces import Quantization
-    from finesweep.trainer.quantize import quantize
+    from finesweep.trainer.serving.quantize import quantize
 
     if name == FULL:
         return full_dir
@@ -208,7 +208,7 @@ def linear_bytes(folder: Path, full_dir: Path, layers: list[str]) -> dict[str, A
     A layer counts as quantized when what is saved for it differs from the full model's: other keys (int8's SCB,
     NF4's absmax and quant_state) or a weight that is not a float.
     """
-    from finesweep.trainer.evaluate import saved_tensors
+    from finesweep.trainer.serving.evaluate import saved_tensors
 
     saved, full = saved_tensors(folder), saved_tensors(full_dir)
     if not saved:  # an ONNX graph: its weights are stored transposed under new names
@@ -276,10 +276,10 @@ def latencies(models: dict[str, Any], rows: Any, collate: Callable, args: argpar
 def measure(folders: dict[str, Path], layers: list[str], test: Any, collate: Callable, task: Any,
             args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every number of every variant, from the folder it was saved to, loaded as a user would load it."""
-    from finesweep.trainer.evaluate import evaluate, folder_size_bytes
-    from finesweep.trainer.models import load_checkpoint
+    from finesweep.trainer.serving.evaluate import evaluate, folder_size_bytes
+    from finesweep.trainer.serving.loader import load_exported
 
-    models = {name: load_checkpoint(str(folder), task).eval() for name, folder in folders.items()}
+    models = {name: load_exported(folder, task).eval() for name, folder in folders.items()}
     # Latency first: the warm-up's first forward is the one that repacks NF4 weights, as in a user's first call.
     timings = latencies(models, test, collate, args)
     results = []
@@ -431,7 +431,7 @@ def run(args: argparse.Namespace) -> None:
     full_dir = save_full(checkpoint, tokenizer, task, work / "model")
     test = data.load_tokenized(tokenized)["test"]
     collate = data.collator(tokenizer, task)
-    from finesweep.trainer.quantize import linear_layer_names
+    from finesweep.trainer.serving.quantize import linear_layer_names
 
     layers = linear_layer_names(full_dir, task)
     torch.set_num_threads(args.infer_threads)  # the same threads for every variant's measurements

@@ -272,7 +272,7 @@ def run_hf(seed: int, s: Settings) -> MethodRun:
 
     from finesweep.spaces.config import Task
     from finesweep.trainer import models
-    from finesweep.trainer.evaluate import evaluate
+    from finesweep.trainer.serving.evaluate import evaluate
 
     torch.set_num_threads(THREADS)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

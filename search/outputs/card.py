@@ -8,6 +8,7 @@ from typing import Any
 from finesweep.search.selection.deploy import CPU_PREFIX, FULL
 from finesweep.spaces import ModelCandidate, Quantization, SweepConfig, Task
 from finesweep.trainer.models import AUTO_CLASS_NAMES, PIPELINE_TASKS
+from finesweep.trainer.serving.quantize import BACKENDS, CUDA_CAPABILITY
 
 ADAPTER = "adapter"
 MEAN_POOLING_FILE = "mean_pooling.py"  # what transformers copies into the folders of trainer/mean_pooling.py's model
@@ -210,8 +211,6 @@ def _usage_section(metrics: dict[str, dict[str, float]], task: Task, mean_pooled
                      "encoder and a linear layer on the masked mean; torch and transformers only; read it), which "
                      "transformers runs only when given `trust_remote_code=True` (without it the load stops).\n")
     remote = ", trust_remote_code=True" if mean_pooled else ""
-    from finesweep.trainer.quantize import BACKENDS
-
     torch_variants = [v for v in metrics if v != Quantization.onnx_int8.value]
     for variant in torch_variants:
         if variant != FULL:
@@ -238,8 +237,6 @@ def _usage_section(metrics: dict[str, dict[str, float]], task: Task, mean_pooled
 
 def _device_map(variant: str) -> str:
     """torchao's GPU-only variants load onto the GPU only when asked."""
-    from finesweep.trainer.quantize import CUDA_CAPABILITY
-
     return ', device_map="cuda"' if variant != FULL and Quantization(variant) in CUDA_CAPABILITY else ""
 
 

@@ -17,8 +17,15 @@ from typing import Any, Callable
 from finesweep.search.outputs.card import ADAPTER, FULL, model_card, variant_folder
 from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.deploy import CPU_PREFIX, PRIMARY, TIMINGS, deploy_choices, metric_loss, with_speedups
-from finesweep.spaces import Quantization, SweepConfig, Task
+from finesweep.spaces import Quantization, SweepConfig, SweepFileError, Task
 from finesweep.spaces.files import write_json_atomic
+from finesweep.trainer.data.chat import resolve_template
+from finesweep.trainer.models import load_checkpoint, load_model, with_pad_token
+from finesweep.trainer.serving.evaluate import (evaluate, folder_size_bytes, layer_bytes, model_device, saved_tensors,
+                                                serving_speed)
+from finesweep.trainer.serving.generate import decode_speed, score_generation
+from finesweep.trainer.serving.loader import load_exported
+from finesweep.trainer.serving.quantize import linear_layer_names, missing_backend, missing_device, quantize
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +89,6 @@ def export_best(
     adapter = _save_adapter(Path(checkpoint_dir), full_dir, _fresh(out_dir / ADAPTER)) if _is_adapter(Path(checkpoint_dir)) else None
     if adapter is None:
         shutil.rmtree(out_dir / ADAPTER, ignore_errors=True)  # a re-export of a full fine-tune keeps no stale adapter
-    from finesweep.trainer.quantize import linear_layer_names, quantize
-
     layers = linear_layer_names(full_dir, task)
     samples = config.export.generation_samples if task == Task.causal_lm else 0
     metrics, answers = {}, {}
@@ -127,9 +132,6 @@ def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: d
     if baseline["trial_id"] == best["trial_id"] and int(baseline["step"]) == int(best["step"]):
         measured = winner
     else:
-        from finesweep.trainer.evaluate import evaluate
-        from finesweep.trainer.models import load_checkpoint
-
         checkpoint = Path(baseline["checkpoint_dir"])
         with tempfile.TemporaryDirectory(prefix="finesweep-baseline-") as scratch:
             _save_full(config, checkpoint, checkpoint, baseline, Path(scratch),
@@ -144,9 +146,6 @@ def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: d
 
 def _untuned_base(config: SweepConfig, best: dict, test_split: Any, collate: Callable) -> dict[str, float]:
     """A causal LM's base model as it was before any training, on the same test split: what fine-tuning added."""
-    from finesweep.trainer.evaluate import evaluate
-    from finesweep.trainer.models import load_model
-
     model = load_model(config.candidate(best["model"]), Task.causal_lm, None, config.trust_remote_code)
     measured = evaluate(model.eval(), test_split, collate, Task.causal_lm)
     del model
@@ -166,9 +165,6 @@ def not_made_paragraph(variant: str, reason: str, kept: list[str], out_dir: Path
 def check_backends(config: SweepConfig) -> None:
     """Before any trial runs: every export.quantization method's library is installed (an export that fails after
     hours of search for want of a pip install would waste them)."""
-    from finesweep.spaces import SweepFileError
-    from finesweep.trainer.quantize import missing_backend, missing_device
-
     missing = {m.value: install for m in _methods(config) if (install := missing_backend(m))}
     if missing:
         raise SweepFileError(
@@ -205,15 +201,11 @@ def _save_full(config: SweepConfig, checkpoint_dir: Path, tokenizer_source: Path
     if _is_adapter(checkpoint_dir):
         model = _merged_lora(config, checkpoint_dir, best, label_names or _config_labels(checkpoint_dir))
     else:
-        from finesweep.trainer.models import load_checkpoint
-
         model = load_checkpoint(str(checkpoint_dir), task, trust_remote_code=config.trust_remote_code)
     tokenizer = _tokenizer(tokenizer_source, config.trust_remote_code)
     if task == Task.causal_lm:
         # The export's tokenizer carries the format the model was fine-tuned on: that template, or none for plain
         # text (so `predict`, pipelines and chat front-ends prompt it as it learned).
-        from finesweep.trainer.data.chat import resolve_template
-
         tokenizer.chat_template = resolve_template(config.data.chat_template, tokenizer, best.get("model", "best"))
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id  # batched classification needs it in the config
@@ -252,8 +244,6 @@ def _merged_lora(config: SweepConfig, adapter_dir: Path, best: dict, label_names
     """The candidate's base model (same overrides and head as in the trial) with the adapter merged into it."""
     from peft import PeftModel
 
-    from finesweep.trainer.models import load_model
-
     task = Task(config.data.task)
     if task == Task.classification and not label_names:
         raise ValueError(
@@ -281,8 +271,6 @@ def _split_labels(split: Any) -> list[str] | None:
 def _tokenizer(source: Path, trust_remote_code: bool) -> Any:
     from transformers import AutoTokenizer
 
-    from finesweep.trainer.models import with_pad_token
-
     return with_pad_token(AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code))
 
 
@@ -296,12 +284,9 @@ def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layer
     would; with `samples`, also its greedy answers to that many test prompts and their scores (gen_*)."""
     import torch
 
-    from finesweep.trainer.evaluate import evaluate, folder_size_bytes, layer_bytes, model_device, saved_tensors
-    from finesweep.trainer.models import load_checkpoint
-
     # Every variant on the GPU where there is one (same device keeps the latencies comparable): torchao's stay on the
     # CPU unless asked, bitsandbytes' go to the GPU by themselves; an ONNX Runtime session runs on the CPU.
-    model = load_checkpoint(str(folder), task, **({"device_map": "cuda"} if torch.cuda.is_available() else {}))
+    model = load_exported(folder, task, **({"device_map": "cuda"} if torch.cuda.is_available() else {}))
     metrics = evaluate(model, test_split, collate, task)
     metrics.update(_timings(model, task, test_split, collate))
     if torch.cuda.is_available():  # a model tuned on a GPU is often served on CPUs: time every variant there too
@@ -318,12 +303,8 @@ def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layer
 def _timings(model: Any, task: Task, test_split: Any, collate: Callable) -> dict[str, float]:
     """Serving speed at batch 1 and 32 on the model's device, and a causal LM's greedy decoding (what a chat server
     spends its time on)."""
-    from finesweep.trainer.evaluate import serving_speed
-
     timings = serving_speed(model, test_split, collate)
     if task == Task.causal_lm:
-        from finesweep.trainer.generate import decode_speed
-
         timings.update(decode_speed(model, test_split))
     return timings
 
@@ -335,10 +316,8 @@ def cpu_timings(folder: Path, task: Task, test_split: Any, collate: Callable,
     not load onto a CPU (a bitsandbytes build without CPU kernels, say) is logged and left without them."""
     if measured_on_cpu is not None:
         return {CPU_PREFIX + key: measured_on_cpu[key] for key in TIMINGS if key in measured_on_cpu}
-    from finesweep.trainer.models import load_checkpoint
-
     try:
-        timings = _timings(load_checkpoint(str(folder), task, device_map="cpu"), task, test_split, collate)
+        timings = _timings(load_exported(folder, task, device_map="cpu"), task, test_split, collate)
     except Exception as error:  # noqa: BLE001 - the device's figures stand; the CPU's are an addition
         log.warning("export: %s not timed on the CPU (%s: %s)", folder.name, type(error).__name__, error)
         return {}
@@ -349,8 +328,6 @@ def cpu_timings(folder: Path, task: Task, test_split: Any, collate: Callable,
 
 def _generate(model: Any, folder: Path, test_split: Any, samples: int, metrics: dict[str, float]) -> list[dict[str, str]]:
     """The model's answers to the first `samples` test prompts; their mean scores go into `metrics` as gen_*."""
-    from finesweep.trainer.generate import score_generation
-
     scores, examples = score_generation(model, _tokenizer(folder, False), test_split, samples)
     metrics.update({f"gen_{name}": value for name, value in scores.items()})
     return examples

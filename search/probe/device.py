@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from finesweep.spaces import Precision
+from finesweep.spaces import Precision, SweepFileError
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,6 @@ def usable_precisions(requested: list[str], device: Device) -> list[str]:
         else:
             log.warning("precision %s removed from the space: %s", precision, reason)
     if not usable:
-        from finesweep.spaces import SweepFileError
-
         reasons = "; ".join(f"{p}: {device.supports(p)[1]}" for p in requested)
         raise SweepFileError(
             f"space.precision: none of {requested} can train on this machine's {device.kind} ({device.name}): "
@@ -98,8 +96,6 @@ def usable_methods(requested: list[str], device: Device) -> list[str]:
             continue
         usable.append(method)
     if not usable:
-        from finesweep.spaces import SweepFileError
-
         raise SweepFileError(
             f"space.method: none of {requested} can train on this machine's {device.kind} ({device.name}): qlora "
             "needs bitsandbytes. Install it (pip install bitsandbytes), or add lora or full to space.method.")
@@ -109,8 +105,6 @@ def usable_methods(requested: list[str], device: Device) -> list[str]:
 def check_deepspeed(stage: int, device: Device) -> None:
     """resources.deepspeed_stage needs CUDA and the deepspeed package: said before any trial runs."""
     import importlib.util
-
-    from finesweep.spaces import SweepFileError
 
     if not stage:
         return

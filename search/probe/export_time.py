@@ -1,5 +1,5 @@
-"""The export's time, estimated before the search for the plan's predicted end: per exported variant its making,
-its test-split scoring at the probe's evaluation speed, its speed passes (as many as trainer/evaluate.py times at
+"""The export's time, estimated before the search for the plan's predicted end: per exported variant its making, its
+test-split scoring at the probe's evaluation speed, its speed passes (as many as trainer/serving/evaluate.py times at
 that speed), and a causal LM's generated answers; the baseline's test pass (and a causal LM's untuned base model's)
 once. Only the costs the probe cannot measure (loading and saving, the ONNX graph's writing) are fixed, taken from
 this project's runs; benchmarks/README.md compares the plan's predicted end with the real one. Pure: no model loaded.
@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from finesweep.spaces import SweepConfig
-from finesweep.trainer.evaluate import SPEED_BATCHES, SPEED_REPEATS, SPEED_ROWS, SPEED_SECONDS
-from finesweep.trainer.generate import DECODE_REPEATS, DECODE_TOKENS
+from finesweep.trainer.serving.evaluate import SPEED_BATCHES, SPEED_REPEATS, SPEED_ROWS, SPEED_SECONDS
+from finesweep.trainer.serving.generate import DECODE_REPEATS, DECODE_TOKENS
 
 if TYPE_CHECKING:
     from finesweep.search.probe.plan import CombinationTimes
@@ -79,8 +79,9 @@ def _full_precision_speed(combinations: list[CombinationTimes]) -> float:
 
 
 def speed_pass_seconds(row_seconds: float, seq_len: int, task: str) -> float:
-    """trainer/evaluate.py's serving speed (SPEED_ROWS rows at batch 1, SPEED_BATCHES batches of 32) and a causal
-    LM's decoding speed (DECODE_TOKENS tokens), each run once untimed and then until its timing budget is spent."""
+    """trainer/serving/evaluate.py's serving speed (SPEED_ROWS rows at batch 1, SPEED_BATCHES batches of 32) and a
+    causal LM's decoding speed (DECODE_TOKENS tokens), each run once untimed and then until its timing budget is
+    spent."""
     seconds = (_timed(SPEED_ROWS * BATCH1_COST * row_seconds, SPEED_REPEATS)
                + _timed(SPEED_BATCHES * 32 * row_seconds, SPEED_REPEATS))
     if task == "causal_lm":

@@ -169,7 +169,7 @@ def _eval_samples_per_second(result: ProbeResult) -> float:
 
 def asha_milestones(max_evaluations: int, grace_period: int, reduction_factor: float) -> list[int]:
     """The evaluations at which ASHA judges a trial, lowest first: Ray's single bracket puts its rungs at
-    grace x rf^k for k below int(log(max/grace) / log(rf) + 1) (tests/search/test_plan.py checks Ray's own)."""
+    grace x rf^k for k below int(log(max/grace) / log(rf) + 1) (tests/search/probe/test_plan.py checks Ray's own)."""
     grace = min(grace_period, max_evaluations)
     rungs = int(math.log(max_evaluations / grace) / math.log(reduction_factor) + 1)
     return [int(grace * reduction_factor ** k) for k in range(rungs)]

@@ -6,8 +6,9 @@ from __future__ import annotations
 import multiprocessing
 from dataclasses import asdict
 
+from finesweep.search.inputs import sweep_log_file
 from finesweep.search.probe.device import Device
-from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest
+from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest, worker_main
 
 
 class ProbeWorker:
@@ -49,9 +50,9 @@ class ProbeWorker:
         self._process = self._connection = None
 
     def _start(self) -> None:
-        from finesweep.trainer.probe_step import worker_main
-
         parent, child = self._context.Pipe()
-        self._process = self._context.Process(target=worker_main, args=(child, self.device.kind, self.threads), daemon=True)
+        log_file = sweep_log_file()  # the probe's library warnings go there, not to the terminal
+        self._process = self._context.Process(target=worker_main, daemon=True, args=(
+            child, self.device.kind, self.threads, str(log_file) if log_file else None))
         self._process.start()
         self._connection = parent

@@ -17,8 +17,10 @@ from typing import Any, Callable, Iterator
 
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import VARIANT_TAG
-from finesweep.spaces import SweepConfig, Task
+from finesweep.spaces import Quantization, SweepConfig, Task
 from finesweep.trainer.models import PIPELINE_TASKS
+from finesweep.trainer.serving.onnx_runtime import ONNX_FILE, is_onnx_folder
+from finesweep.trainer.serving.quantize import load_quantized
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +60,6 @@ def _transformers_logger(export_dir: Path, variant: str, task: Task) -> Callable
 
 
 def _is_onnx(export_dir: Path, variant: str) -> bool:
-    from finesweep.trainer.onnx_runtime import is_onnx_folder
-
     return variant != "full" and is_onnx_folder(export_dir / f"model-{variant}")
 
 
@@ -68,8 +68,6 @@ def _onnx_logger(export_dir: Path, variant: str) -> Callable[..., Any]:
     and configs beside the graph as extra files (the graph's weights file is the flavor's to write)."""
     import mlflow
     import onnx
-
-    from finesweep.trainer.onnx_runtime import ONNX_FILE
 
     folder = export_dir / f"model-{variant}"
     graph = onnx.load(str(folder / ONNX_FILE))
@@ -98,9 +96,6 @@ def _pipeline(export_dir: Path, variant: str, task: Task):
     """The variant as the transformers pipeline MLflow's flavor saves. A quantized variant is quantized again from
     the full folder, as the export did (the same weights): transformers cannot save a reloaded quantized model."""
     from transformers import pipeline
-
-    from finesweep.spaces import Quantization
-    from finesweep.trainer.quantize import load_quantized
 
     full = export_dir / "model"
     model = str(full) if variant == "full" else load_quantized(full, Quantization(variant), task)

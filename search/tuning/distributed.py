@@ -36,7 +36,7 @@ from finesweep.search.tuning.scratch import copy_checkpoint, scratch_dir
 from finesweep.search.tuning.sink import TuneMlflowSink, sink_for
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.config import ResourcesConfig
-from finesweep.trainer.trial import plan_batches
+from finesweep.trainer.trial import plan_batches, train
 
 # What a data-parallel trial (the driver of its workers, which reserve cpus_per_trial and gpus_per_trial each)
 # reserves: no CPU, only some of Ray's logical memory resource, which every node has. Tune refuses a request of no
@@ -194,8 +194,6 @@ def run_rank(loop: dict[str, Any]) -> None:
 
     import ray.train
     from ray.train.torch import get_device
-
-    from finesweep.trainer.trial import train
 
     params, context, run_id = loop["params"], loop["context"], loop["run_id"]
     train_context = ray.train.get_context()

@@ -5,7 +5,8 @@ Tune pickles the Tuner's callbacks, stopper and searcher (with its Optuna sample
 back on `finesweep resume`; pickle finds a class or function by the module path it was saved under. Before the move,
 search/ was one flat package: `finesweep.search.tune`, `finesweep.search.trainable`, ... Those paths no longer exist,
 so `install_old_module_paths` registers a stand-in module under each old path that hands out the object from its new
-home: an old sweep resumes, and what it saves from then on names the new paths.
+home: an old sweep resumes, and what it saves from then on names the new paths. The same holds for trainer/'s
+serving modules, moved into trainer/serving/.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ OLD_MODULE_PATHS: dict[str, tuple[str, ...]] = {
     "finesweep.search.export": ("finesweep.search.outputs.export", "finesweep.search.outputs.card"),
     "finesweep.search.plots": ("finesweep.search.outputs.plots",),
     "finesweep.search.device": ("finesweep.search.probe.device",),
+    # The export's runtimes, moved from trainer/ into trainer/serving/ (nothing Tune saves names them, but a pickle
+    # that did would resolve too).
+    **{f"finesweep.trainer.{name}": (f"finesweep.trainer.serving.{name}",)
+       for name in ("quantize", "onnx_runtime", "onnx_decoder", "generate", "predict", "evaluate")},
 }
 
 

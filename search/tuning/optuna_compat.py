@@ -1,6 +1,6 @@
 """Every private name of Optuna that finesweep relies on, and nothing else.
 
-Checked on optuna 5.0 (pinned in pyproject.toml); tests/search/test_optuna_compat.py fails, naming the installed
+Checked on optuna 5.0 (pinned in pyproject.toml); tests/search/tuning/test_optuna_compat.py fails, naming the installed
 version, when an Optuna release changes it.
 """
 

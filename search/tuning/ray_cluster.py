@@ -6,6 +6,7 @@ import logging
 import os
 
 from finesweep.search.tuning import ray_compat
+from finesweep.spaces import SweepFileError
 
 
 def start_ray(address: str | None) -> None:
@@ -28,8 +29,6 @@ def start_ray(address: str | None) -> None:
 def check_reachable(address: str, timeout_s: float = 10.0) -> None:
     """Fail at once, clearly, when nothing listens at a HOST:PORT address (Ray itself would retry for minutes)."""
     import socket
-
-    from finesweep.spaces import SweepFileError
 
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():

@@ -1,7 +1,7 @@
 """Every private name and file format of Ray (Tune, Train) that finesweep relies on, and nothing else.
 
-Checked on ray 2.60 (pinned in pyproject.toml); tests/search/test_ray_compat.py fails, naming the installed version,
-when a Ray release changes any of them. Everything else in finesweep uses Ray's public API only.
+Checked on ray 2.60 (pinned in pyproject.toml); tests/search/tuning/test_ray_compat.py fails, naming the installed
+version, when a Ray release changes any of them. Everything else in finesweep uses Ray's public API only.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE, best_of, checkpoint_score
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import END_STATE_TAG, ERROR_TAG, RESUMED_TAG
-from finesweep.trainer.trial import TrialPlan
+from finesweep.trainer.trial import BatchSplitError, DivergedError, TrialPlan
 
 
 class TuneMlflowSink:
@@ -79,8 +79,6 @@ def sink_for(plan: TrialPlan, tracker: Tracker, run_id: str, objective: tuple[st
 
 def final_failure(error: BaseException) -> str | None:
     """The end state of a failure that retrying cannot cure, or None for one that a retry might."""
-    from finesweep.trainer.trial import BatchSplitError, DivergedError
-
     if isinstance(error, DivergedError):
         return "diverged"
     if isinstance(error, BatchSplitError):

@@ -14,9 +14,11 @@ from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import EXPLOIT_TAG, TRIAL_TAG
 from finesweep.search.tuning import exploit
 from finesweep.search.tuning.context import TrialContext, build_plan
+from finesweep.search.tuning.distributed import run_data_parallel
 from finesweep.search.tuning.scratch import copy_checkpoint, scratch_dir
 from finesweep.search.tuning.sink import final_failure, record_end, sink_for
 from finesweep.spaces import SweepConfig
+from finesweep.trainer.trial import train
 
 
 def run_trial(params: dict[str, Any], context: TrialContext) -> None:
@@ -32,8 +34,6 @@ def run_trial(params: dict[str, Any], context: TrialContext) -> None:
     try:
         config = SweepConfig.model_validate(context.sweep)
         if config.resources.workers_per_trial > 1:
-            from finesweep.search.tuning.distributed import run_data_parallel
-
             run_data_parallel(params, context, run_id)  # this process only drives the Ray Train workers
         else:
             train_in_this_process(params, context, config, tracker, run_id)
@@ -52,8 +52,6 @@ def train_in_this_process(params: dict[str, Any], context: TrialContext, config:
     what Tune keeps is in the sweep's storage, and a retry restores from there."""
     from ray import tune
     from ray.tune import Checkpoint
-
-    from finesweep.trainer.trial import train
 
     output_dir = scratch_dir(tune.get_context().get_trial_id())
     try:

@@ -9,6 +9,7 @@ from typing import Any
 from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE
 from finesweep.search.tuning.callbacks import STEP_LEDGER, StepBudgetStopper
 from finesweep.search.tuning.context import TrialContext
+from finesweep.search.tuning.distributed import DRIVER_RESOURCES, data_parallel_trainable
 from finesweep.search.tuning.moved import install_old_module_paths
 from finesweep.search.tuning.ray_cluster import tune_environment
 from finesweep.search.tuning.recovery import recover_lost_checkpoints
@@ -42,8 +43,6 @@ def make_trainable(config: SweepConfig, context: TrialContext):
     # Both are resolved by the sweep before the search (search/probe/sharing.py); unset means none here.
     resources = {"cpu": config.resources.cpus_per_trial, "gpu": config.resources.gpus_per_trial or 0}
     if config.resources.workers_per_trial > 1:
-        from finesweep.search.tuning.distributed import DRIVER_RESOURCES, data_parallel_trainable
-
         trainable, resources = data_parallel_trainable(trainable), DRIVER_RESOURCES
     return tune.with_resources(trainable, resources)
 

@@ -271,7 +271,7 @@ def test_export_command_exports_a_finished_sweep_again(finished_sweep, tmp_path)
 FAILING_ONNX_EXPORT = """
 import sys
 from finesweep.search import cli
-from finesweep.trainer import quantize as quantize_module
+from finesweep.trainer.serving import quantize as quantize_module
 
 real_quantize = quantize_module.quantize
 
@@ -411,7 +411,7 @@ def test_a_time_limit_bounds_the_command_its_budget_stops_running_trials_and_the
     2-core machine, past a trial worker's start and first evaluation); its end cuts the running trials."""
     tiny.classification_folder(tmp_path)
     # No baseline: it trains one epoch, not max_steps, and may end before the budget does. No further training of the
-    # winner: the whole budget is the trials' (tests/search/test_exploit.py covers that share).
+    # winner: the whole budget is the trials' (tests/search/tuning/test_exploit.py covers that share).
     sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 2\n  fit_to_budget: false"
                                                         "\n  baseline: \"off\"\n  exploit: {share: 0}")
              .replace(f"max_steps: {5 * EVALS_PER_TRIAL}", "max_steps: 100000"))

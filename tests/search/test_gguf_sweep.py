@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,8 +36,15 @@ def _gguf_folder(folder: Path, gguf_file: Path) -> Path:
     return folder
 
 
+REPO = Path(__file__).resolve().parents[2]
+# The optional torchao extra (scripts/setup.sh installs it there): importable, it is what peft, transformers and
+# bitsandbytes probe for, and what printed its kernels' warnings on a causal-LM sweep's console.
+TORCHAO = REPO / ".venv" / "extras" / "torchao"
+
+
 def _machine(folder: Path) -> dict[str, str]:
-    return {"FINESWEEP_CACHE": str(folder / "machine-cache")}
+    extra = {"PYTHONPATH": os.pathsep.join([str(TORCHAO), str(REPO)])} if (TORCHAO / "torchao").is_dir() else {}
+    return {"FINESWEEP_CACHE": str(folder / "machine-cache"), **extra}
 
 
 def _copies(folder: Path) -> list[Path]:
@@ -54,13 +62,18 @@ def gguf_sweep(tiny_llama_gguf, tmp_path_factory):
     return folder, folder / "runs" / "tiny-gguf"
 
 
-def test_the_onnx_export_keeps_the_exporters_notices_off_the_console(gguf_sweep):
-    """transformers' exporter says it is experimental and torch.onnx reports its progress: the log's business."""
-    folder, _ = gguf_sweep
+def test_the_console_holds_finesweeps_lines_and_no_other_librarys_warnings(gguf_sweep):
+    """transformers' exporter says it is experimental, torch.onnx reports its progress, torchao and bitsandbytes
+    report the optional kernels they could not load: the log file's business, not the user's terminal."""
+    folder, sweep_dir = gguf_sweep
     console = (folder / "console.txt").read_text()
     assert "Deploy:" in console  # the export ran and printed its own lines
     for notice in ("[torch.onnx]", "is experimental", "dynamic_shapes", "FutureWarning"):
         assert notice not in console, notice
+    others = [line for line in console.splitlines()
+              if re.search(r"Warning\b|warnings\.warn|^(WARNING|INFO) (?!finesweep)|kernels-community|torchao", line)]
+    assert not others, "\n".join(others)
+    assert "Warning" in (sweep_dir / "finesweep.log").read_text(), "the libraries' warnings are kept in the log"
 
 
 def test_the_gguf_candidate_trains_and_exports(gguf_sweep):

@@ -13,14 +13,7 @@ from pathlib import Path
 import pytest
 
 from finesweep.spaces import ModelCandidate, SweepFileError, Task
-from tests.exports import (
-    BEST,
-    LABELS,
-    classification_collate,
-    classification_split,
-    export_config,
-    train_classifier,
-)
+from tests.exports import (BEST, LABELS, classification_collate, classification_split, export_config, train_classifier)
 
 SENTENCES = ["good movie, loved it", "the service was slow and the food cold and the room too small to sit"]
 
@@ -104,13 +97,22 @@ def test_every_variant_of_a_mean_pooled_classifier_is_exported_and_keeps_its_pre
 
 
 def test_finesweeps_predict_reads_a_mean_pooled_export_without_remote_code(mean_pooled_export):
-    from finesweep.trainer.predict import predict
+    """`finesweep predict` on the full folder and on the ONNX one answers what the mean-pooled model itself says
+    (its logits' argmax, computed here without predict)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from finesweep.trainer.models import load_checkpoint
+    from finesweep.trainer.serving.predict import predict
 
     _, out = mean_pooled_export
+    tokenizer = AutoTokenizer.from_pretrained(out / "model")
+    with torch.no_grad():
+        logits = load_checkpoint(str(out / "model"), Task.classification)(
+            **tokenizer(SENTENCES, padding=True, return_tensors="pt")).logits
+    expected = [LABELS[int(i)] for i in logits.argmax(-1)]
     for folder in ["model", "model-onnx-int8"]:
-        answers = predict(out / folder, SENTENCES)
-        assert [a["label"] for a in answers] == [a["label"] for a in predict(out / "model", SENTENCES)]
-        assert all(a["label"] in LABELS for a in answers)
+        assert [a["label"] for a in predict(out / folder, SENTENCES)] == expected, folder
 
 
 def test_plain_transformers_loads_the_export_only_with_its_code_and_predicts_what_finesweep_does(mean_pooled_export):

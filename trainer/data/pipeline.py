@@ -15,9 +15,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from finesweep.spaces import resolve_path
 from finesweep.spaces.config import DataConfig, Task
 from finesweep.spaces.files import write_json_atomic
 from finesweep.trainer.data.cleaning import Drops, Pair, Read, clean, drop_rare_classes, read_pairs
+from finesweep.trainer.data.lengths import save_histogram
 from finesweep.trainer.data.readers import DataError, Source, detect_format, iter_rows, saved_splits
 from finesweep.trainer.data.splitting import SPLITS, drop_leaked, label_names, split, split_sizes, to_dataset
 from finesweep.trainer.data.tokenizing import publish, tokenize_summary
@@ -85,8 +87,6 @@ class PreparedData:
 
 def sources(config: DataConfig) -> dict[str | None, Source]:
     """What to read: {None: one source to split} or {split name: source} for pre-split input."""
-    from finesweep.spaces import resolve_path
-
     path = Path(config.path)
     fmt = detect_format(config.format, path)
     if config.validation_path is not None:
@@ -223,8 +223,6 @@ def token_entry(tokenizer: Any, percentiles: dict[str, float], tokenized_folder:
 
 def finish_report(prepared: PreparedData, tokens: dict[str, dict[str, Any]], lengths: dict[str, Any], max_seq_len: int) -> Path:
     """Add the per-candidate token entries to the report, save it and the length histogram; returns the PNG."""
-    from finesweep.trainer.data.lengths import save_histogram
-
     prepared.report.tokens = tokens
     write_json_atomic(prepared.folder / REPORT_FILE, prepared.report.to_dict())
     prepared.length_plot = save_histogram(lengths, max_seq_len, prepared.folder / PLOT_FILE)

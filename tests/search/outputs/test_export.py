@@ -8,16 +8,8 @@ from pathlib import Path
 import pytest
 
 from finesweep.spaces import Task
-from tests.exports import (
-    BEST,
-    LABELS,
-    causal_lm_collate,
-    causal_lm_split,
-    classification_collate,
-    classification_split,
-    export_config,
-    train_classifier,
-)
+from tests.exports import (BEST, LABELS, causal_lm_collate, causal_lm_split, classification_collate,
+                           classification_split, export_config, train_classifier)
 
 @pytest.fixture(scope="module")
 def exported(tiny_classifier, tmp_path_factory):

@@ -72,7 +72,8 @@ output_root: runs
 data: {{path: data.csv, splits: {{train: 0.7, validation: 0.15, test: 0.15}}}}
 models:
   - {{name: tiny, path: model}}
-  # Its new classification head starts with weights around 1e37: the first loss is NaN (tests/search/tuning/test_failures.py).
+  # Its new classification head starts with weights around 1e37: the first loss is NaN
+  # (tests/search/tuning/test_failures.py).
   - {{name: unstable, path: model, config_overrides: {{initializer_range: 1.0e+37}}}}
 space:
   learning_rate: {{low: 3.0e-3, high: 3.0e-2, log: true}}

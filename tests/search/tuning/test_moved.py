@@ -67,6 +67,15 @@ def _rewrite_with_old_paths(experiment: Path) -> list[Path]:
     return files
 
 
+def test_the_old_paths_hand_out_the_objects_from_their_new_homes():
+    install_old_module_paths()
+    from finesweep.trainer.predict import predict  # the serving wing's old path
+    from finesweep.search.tune import make_tuner  # search/'s old flat module
+
+    assert predict.__module__ == "finesweep.trainer.serving.predict"
+    assert make_tuner.__module__ == "finesweep.search.tuning.tuner"
+
+
 @pytest.mark.slow  # about a minute: a real sweep, saved, rewritten to the old paths and resumed (a one-time migration)
 def test_a_sweep_saved_with_the_old_module_paths_resumes(tmp_path):
     folder = tiny.classification_folder(tmp_path, SWEEP, rows=300)

@@ -5,19 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from finesweep.trainer.serving.generate import (
-    exact_match,
-    generate_answers,
-    last_response_span,
-    lcs_length,
-    normalize,
-    prompts_and_references,
-    rouge_l,
-    score_generation,
-    score_texts,
-    split_row,
-    token_f1,
-)
+from finesweep.trainer.serving.generate import (exact_match, generate_answers, last_response_span, lcs_length,
+                                                normalize, prompts_and_references, rouge_l, score_generation,
+                                                score_texts, split_row, token_f1)
 from tests.exports import causal_lm_split
 
 I = -100  # a label the loss ignores

@@ -40,7 +40,8 @@ def _on_earlier_transformers(*command: str) -> subprocess.CompletedProcess:
 def test_the_decoders_tests_pass_on_the_earlier_transformers():
     version = _on_earlier_transformers("-c", "import transformers; print(transformers.__version__)")
     assert version.stdout.strip() == EARLIER, version.stderr[-2000:]
-    done = _on_earlier_transformers("-m", "pytest", "-q", "-p", "no:randomly", "tests/trainer/serving/test_onnx_decoder.py")
+    done = _on_earlier_transformers("-m", "pytest", "-q", "-p", "no:randomly",
+                                    "tests/trainer/serving/test_onnx_decoder.py")
     assert done.returncode == 0, done.stdout[-4000:]
     assert "6 passed" in done.stdout
 
