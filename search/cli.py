@@ -165,6 +165,7 @@ def probe(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
 
         console, folder = Console(), inputs.sweep_folder(config)
         read = inputs.read_data(config, folder)  # data errors before a GGUF candidate is dequantized
+        inputs.log_to_file(folder.log_file)  # the libraries' warnings, the probe process's included, go there
         config = inputs.dequantize_gguf(config, console)
         device = resolve_device(use_gpu=config.resources.gpus_per_trial != 0)
         precisions = usable_precisions([p.value for p in config.space.precision], device)

@@ -70,6 +70,8 @@ def log_to_file(path: Path) -> None:
     file_handler.finesweep_sweep_log = True  # type: ignore[attr-defined]
     root.addHandler(file_handler)
     root.setLevel(min(root.level, logging.INFO))
+    if any(isinstance(f, FinesweepOnly) for handler in root.handlers for f in handler.filters):
+        _libraries_console_to(file_handler)
 
 
 def sweep_log_file() -> Path | None:
@@ -87,6 +89,33 @@ class FinesweepOnly(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.name.split(".")[0] == "finesweep" or record.levelno >= logging.ERROR
+
+
+class ToSweepLog(logging.Filter):
+    """On a library's own console handler: the record goes to the sweep's log file instead (errors to both)."""
+
+    def __init__(self, file_handler: logging.Handler):
+        super().__init__()
+        self.file_handler = file_handler
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= self.file_handler.level:
+            self.file_handler.handle(record)
+        return record.levelno >= logging.ERROR
+
+
+def _libraries_console_to(file_handler: logging.Handler) -> None:
+    """Libraries that log through console handlers of their own, on loggers that do not propagate to the root's
+    (torch's: its notices when torchao registers its types), write to the sweep's log instead, as FinesweepOnly
+    sends the others there. torch is imported first: a sweep loads it anyway, and its handlers exist from then."""
+    import torch  # noqa: F401 - its loggers' handlers are made on import
+
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger) and name.split(".")[0] != "finesweep":
+            for handler in [h for h in logger.handlers if type(h) is logging.StreamHandler]:
+                for stale in [f for f in handler.filters if isinstance(f, ToSweepLog)]:
+                    handler.removeFilter(stale)  # the previous sweep's, in a process that runs several
+                handler.addFilter(ToSweepLog(file_handler))
 
 
 def quiet_console() -> None:

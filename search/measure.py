@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from finesweep.search.inputs import PreparedSweep, SweepFolder, dequantize_gguf, prepare_data, read_data
+from finesweep.search.inputs import PreparedSweep, SweepFolder, dequantize_gguf, log_to_file, prepare_data, read_data
 from finesweep.search.outputs.console import Console
 from finesweep.search.outputs.export import check_backends
 from finesweep.search.probe import sharing
@@ -83,6 +83,8 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
     for candidate in config.models:  # after the checks of the file alone: this one reads the models' configs
         check_pooling(candidate, config.trust_remote_code)
     folder.root.mkdir(parents=True, exist_ok=True)
+    log_to_file(folder.log_file)  # after the checks (a file refused before anything runs leaves no folder), before
+    # the data, the GGUF candidates and the probe, whose libraries' warnings go there (the probe process's too)
     precisions = usable_precisions([p.value for p in config.space.precision], device)
     methods = usable_methods([m.value for m in config.space.method], device)
     if len(methods) < len(config.space.method):

@@ -70,8 +70,7 @@ class Session(Measured):
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console,
           started: float | None = None) -> Session:
     """Data and probe (both cached by content, so a resume redoes neither) and the tracking store."""
-    inputs = measure_inputs(config, folder, console, started)
-    log_to_file(folder.log_file)  # after the checks: a sweep file refused before anything runs leaves no folder
+    inputs = measure_inputs(config, folder, console, started)  # from its checks on, the sweep logs to its file
     tracker = Tracker(tracking_uri or inputs.config.tracking.uri or default_tracking_uri(folder.root),
                       folder.root / SPOOL_FOLDER)
     return Session(**vars(inputs), tracker=tracker)

@@ -1,0 +1,63 @@
+"""The console without --verbose: finesweep's own records and other libraries' errors; the libraries' warnings
+(through the root's handlers, Python's warnings module, or console handlers of their own, as torch's) go to the
+sweep's log file instead."""
+
+from __future__ import annotations
+
+import io
+import logging
+import warnings
+
+import pytest
+
+from finesweep.search.inputs import FinesweepOnly, ToSweepLog, log_to_file, quiet_console
+
+
+@pytest.fixture
+def console():
+    """A root console handler as basicConfig makes it, and a library logger with a console handler of its own;
+    the process's logging as it was afterwards."""
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level)
+    terminal = io.StringIO()
+    root.addHandler(logging.StreamHandler(terminal))
+    library = logging.getLogger("somelibrary.internals")
+    library.addHandler(logging.StreamHandler(terminal))  # its own, as torch's loggers have
+    library.propagate = False
+    try:
+        yield terminal
+    finally:
+        for handler in [h for h in root.handlers if h not in before[0]]:
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(before[1])
+        library.handlers.clear()
+        library.propagate = True
+        logging.captureWarnings(False)
+
+
+def test_other_libraries_warnings_reach_the_log_file_and_not_the_console(console, tmp_path):
+    quiet_console()
+    log_to_file(tmp_path / "finesweep.log")
+    logging.getLogger("finesweep.search.sweep").warning("a finesweep warning")
+    logging.getLogger("otherlibrary").warning("a library notice")
+    logging.getLogger("otherlibrary").error("a library error")
+    logging.getLogger("somelibrary.internals").warning("through its own handler")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("a deprecation", DeprecationWarning, stacklevel=1)
+    shown, logged = console.getvalue(), (tmp_path / "finesweep.log").read_text()
+    assert "a finesweep warning" in shown and "a library error" in shown
+    for quiet in ("a library notice", "through its own handler", "a deprecation"):
+        assert quiet not in shown and quiet in logged, quiet
+    assert any(isinstance(f, FinesweepOnly) for h in logging.getLogger().handlers for f in h.filters)
+    assert any(isinstance(f, ToSweepLog) for f in logging.getLogger("somelibrary.internals").handlers[0].filters)
+
+
+def test_a_second_sweep_in_the_same_process_logs_to_its_own_file(console, tmp_path):
+    quiet_console()
+    log_to_file(tmp_path / "first.log")
+    log_to_file(tmp_path / "second.log")
+    logging.getLogger("somelibrary.internals").warning("after the second sweep started")
+    assert "after the second sweep started" in (tmp_path / "second.log").read_text()
+    assert "after the second sweep started" not in (tmp_path / "first.log").read_text()
