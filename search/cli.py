@@ -70,7 +70,7 @@ def _quiet_libraries(verbose: bool) -> None:
     for noisy in ("bitsandbytes", "mlflow", "optuna", "alembic"):
         logging.getLogger(noisy).setLevel(logging.INFO if verbose else logging.ERROR)
     if not verbose:
-        from finesweep.search.inputs import quiet_console
+        from finesweep.search.outputs.logs import quiet_console
 
         quiet_console()
 
@@ -161,11 +161,12 @@ def probe(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
         config = _load(sweep_file)
         from finesweep.search import inputs, measure
         from finesweep.search.outputs.console import Console
+        from finesweep.search.outputs.logs import log_to_file
         from finesweep.search.probe.device import resolve_device, usable_precisions
 
         console, folder = Console(), inputs.sweep_folder(config)
         read = inputs.read_data(config, folder)  # data errors before a GGUF candidate is dequantized
-        inputs.log_to_file(folder.log_file)  # the libraries' warnings, the probe process's included, go there
+        log_to_file(folder.log_file)  # the libraries' warnings, the probe process's included, go there
         config = inputs.dequantize_gguf(config, console)
         device = resolve_device(use_gpu=config.resources.gpus_per_trial != 0)
         precisions = usable_precisions([p.value for p in config.space.precision], device)

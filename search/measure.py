@@ -9,8 +9,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from finesweep.search.inputs import PreparedSweep, SweepFolder, dequantize_gguf, log_to_file, prepare_data, read_data
+from finesweep.search.inputs import PreparedSweep, SweepFolder, dequantize_gguf, prepare_data, read_data
 from finesweep.search.outputs.console import Console
+from finesweep.search.outputs.logs import log_to_file
 from finesweep.search.outputs.export import check_backends
 from finesweep.search.probe import sharing
 from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions

@@ -10,9 +10,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from finesweep.search.inputs import PreparedSweep, SweepFolder, log_to_file, prepare_data, sweep_folder
+from finesweep.search.inputs import PreparedSweep, SweepFolder, prepare_data, sweep_folder
 from finesweep.search.measure import Measured, measure_inputs, plan_trials
 from finesweep.search.outputs.console import Console
+from finesweep.search.outputs.logs import log_to_file
 from finesweep.search.outputs.export import check_backends, export_best
 from finesweep.search.outputs.pareto_report import pick_export
 from finesweep.search.outputs.plots import log_sweep_plots

@@ -6,7 +6,7 @@ from __future__ import annotations
 import multiprocessing
 from dataclasses import asdict
 
-from finesweep.search.inputs import sweep_log_file
+from finesweep.search.outputs.logs import sweep_log_file
 from finesweep.search.probe.device import Device
 from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest, worker_main
 

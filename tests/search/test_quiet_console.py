@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from finesweep.search.inputs import FinesweepOnly, ToSweepLog, log_to_file, quiet_console
+from finesweep.search.outputs.logs import FinesweepOnly, ToSweepLog, log_to_file, quiet_console
 
 
 @pytest.fixture
