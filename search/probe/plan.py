@@ -25,7 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from finesweep.search.probe.exploit_share import auto_share
+from finesweep.search.probe.exploit_share import auto_share, leaving_a_first_evaluation
 from finesweep.search.probe.export_time import export_seconds
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.table import ProbeResult
@@ -332,6 +332,10 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     if search.exploit.share == "auto" and search.time_budget_minutes:
         share, auto_note = auto_share(combinations, search.time_budget_minutes * 60, train_rows)
         search = search.model_copy(update={"exploit": search.exploit.model_copy(update={"share": share})})
+    if search.time_budget_minutes:
+        first = TRIAL_START_SECONDS + max(c.period_seconds(search.eval_every_steps) for c in combinations)
+        search, lowered = leaving_a_first_evaluation(search, first)
+        auto_note += lowered
     time_budget = search.exploration_seconds  # the trials' share: the rest trains the winner (search.exploit)
     schedule = Schedule(search.max_steps // search.eval_every_steps)
     if search.fit_to_budget:

@@ -211,8 +211,8 @@ def test_the_winners_share_of_a_time_budget_is_not_the_trials_and_the_plan_shows
 def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passes_over_the_training_rows():
     """Candidates at 24 and 48 samples/s a trial, two at once: 5 minutes pay for 7,200 samples of the slowest one."""
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
-    config = _config(time_budget_minutes=5, num_trials=50, max_steps=2000)
-    assert config.search.exploit.share == "auto"
+    config = _config(time_budget_minutes=5, num_trials=50, max_steps=2000, eval_every_steps=10)  # a short first
+    assert config.search.exploit.share == "auto"  # evaluation: the trials' quarter has room for it
 
     def planned(train_rows: int):
         return planning.plan_search(config, probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2,
@@ -230,6 +230,23 @@ def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passe
     fixed = planning.plan_search(_config(time_budget_minutes=5, exploit={"share": 0.2}), probes, validation_rows=80,
                                  test_rows=40, seq_len=64, concurrency=2, train_rows=21_600)
     assert fixed.exploit_share == 0.2, "a share the file sets is kept"
+
+
+def test_the_winners_share_leaves_the_trials_time_for_a_first_evaluation_of_the_slowest_candidate():
+    """The slowest candidate: 2 s a step at the mean batch of 24, 5 steps and a 2-s evaluation, after a trial's
+    start: 22 s, room for 1.5 times that (33 s). A share that leaves the trials less is lowered, and said."""
+    probes = {"big": probe("big", "fp32", 12.0), "small": probe("small", "fp32", 48.0)}
+
+    def planned(minutes: float, share):
+        return _plan(_config(time_budget_minutes=minutes, eval_every_steps=5, max_steps=100,
+                             exploit={"share": share}), probes)
+
+    squeezed = planned(3, 0.9)
+    assert squeezed.exploit_share == 0.81 and 180 * (1 - squeezed.exploit_share) >= 33
+    assert any("share 0.81; lowered from 0.90 so that a trial of the slowest candidate starts and evaluates once"
+               in note for note in squeezed.notes)
+    assert planned(3, 0.5).exploit_share == 0.5, "a share that leaves room stands"
+    assert planned(0.5, 0.5).exploit_share == 0.0, "a budget shorter than the room: every second to the trials"
 
 
 def test_a_trial_takes_its_combinations_samples_per_evaluation_in_steps_of_its_own_batch():
