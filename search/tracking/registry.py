@@ -9,6 +9,7 @@ newest version of that variant. An export registered again (`finesweep export`) 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -41,7 +42,9 @@ def register_export(config: SweepConfig, tracker: Tracker, experiment_id: str, r
     name = config.export.registered_model_name or config.name
     task = Task(config.data.task)
     registered = []
-    with _fluent_tracking(tracker.uri):
+    # MLflow prints each registration ("Successfully registered model ...", "Created version ...") to stderr:
+    # the sweep's log keeps them, the console says "Registered models:/..." once.
+    with _fluent_tracking(tracker.uri), contextlib.redirect_stderr(_LogLines(log)):
         for variant, values in metrics.items():
             log_model = (_onnx_logger(export_dir, variant) if _is_onnx(export_dir, variant)
                          else _transformers_logger(export_dir, variant, task))
@@ -119,6 +122,20 @@ def _requirements(names: list[str]) -> list[str]:
         except PackageNotFoundError:
             pins.append(package)
     return pins
+
+
+class _LogLines(io.TextIOBase):
+    """A text stream whose lines become INFO records of `logger` (what a library prints lands in the sweep's log)."""
+
+    def __init__(self, logger: logging.Logger):
+        super().__init__()
+        self.logger, self.pending = logger, ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in filter(str.strip, lines):
+            self.logger.info("mlflow: %s", line)
+        return len(text)
 
 
 @contextlib.contextmanager

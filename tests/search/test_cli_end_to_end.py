@@ -75,11 +75,14 @@ def test_trials_leave_no_checkpoint_in_rays_session_folder(finished_sweep):
     assert list((sweep_dir / "tune" / experiment).glob("trial-*/checkpoint_*")), "Tune's copies are kept"
 
 
-def test_registering_the_export_prints_no_card_warning(finished_sweep):
-    """MLflow parses the model card when it logs each variant: the card's metadata block leaves it nothing to warn."""
-    _, _, result = finished_sweep
+def test_registering_the_export_prints_no_card_warning_and_no_registry_chatter(finished_sweep):
+    """MLflow parses the model card when it logs each variant: the card's metadata block leaves it nothing to warn.
+    Its own lines for each registration ("Successfully registered model", "Created version") go to the log."""
+    _, sweep_dir, result = finished_sweep
     assert "Registered models:/" in result.stdout
     assert "Repo card metadata block was not found" not in result.stdout + result.stderr
+    assert "Created version" not in result.stdout + result.stderr
+    assert "mlflow: Created version '1' of model 'tiny'" in (sweep_dir / "finesweep.log").read_text()
 
 
 def test_the_mean_pooled_candidates_trials_train_and_keep_the_mean_pooled_head(finished_sweep):
