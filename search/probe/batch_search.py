@@ -59,6 +59,14 @@ class MaxSearch:
         self._stalls = self._stalls + 1 if edge and self.open else 0
         return ok
 
+    def nothing_fits(self) -> bool:
+        """Nothing has fit and the line through two failures' peaks puts one sample over the limit: the step's fixed
+        memory (weights, gradients, optimizer state) alone is too much. Peaks grow convexly with the batch, so the line
+        drawn back to one sample lies below the true peak there: trying it would only cost an attempt (minutes on
+        an LLM). A GPU's out-of-memory reports no peak, and there the bisection tries it."""
+        predicted = predict_max_batch(self.attempts, self.limit) if self.last_fit == 0 else None
+        return predicted is not None and predicted < 1
+
     def next_batch(self) -> int:
         """The memory model's guess, kept strictly inside the bracket; bisection when it has no guess or stalls."""
         predicted = predict_max_batch(self.attempts, self.limit)
@@ -95,7 +103,7 @@ def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int,
 
     The seed batches fit a line through their peaks; its prediction is tried next (the cap itself when the line
     says the cap fits), then the bracket between the last fit and the first failure closes, one prediction or
-    one bisection at a time, until the answer is exact.
+    one bisection at a time, until the answer is exact (or two failures show that not even one sample fits).
     """
     search = MaxSearch(worker, base, cap, budget / (1 + SAFETY_MARGIN), first_fail=cap + 1)
     for batch in sorted({min(b, cap) for b in SEED_BATCHES}):
@@ -107,6 +115,9 @@ def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int,
                 return search  # far slower than another combination already measured: how far it fits is moot
     search.seed_prediction = predict_max_batch(search.attempts, search.limit) or 0
     while search.open:
+        if search.nothing_fits():
+            search.first_fail = 1
+            break
         search.fits(search.next_batch())
     return search
 

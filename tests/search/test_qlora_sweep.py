@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests import tiny
 from tests.sweeps import finesweep
 
@@ -22,6 +24,9 @@ export: {quantization: [none], register_model: false}
 """
 
 
+# Three quarters of a minute: the default suite keeps QLoRA's parts (tests/trainer/test_methods.py: a qlora trial
+# with checkpointing trains and saves its adapter; tests/search/outputs/test_export.py: adapters merged on their base).
+@pytest.mark.slow
 def test_a_qlora_sweep_trains_adapters_and_exports_them_merged_into_the_full_base(tmp_path):
     folder = tiny.classification_folder(tmp_path, SWEEP, rows=300, hidden_size=tiny.QLORA_HIDDEN)
     done = finesweep("run", "sweep.yaml", cwd=folder)

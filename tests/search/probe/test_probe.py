@@ -84,6 +84,20 @@ def test_when_the_model_says_the_cap_fits_the_cap_is_tried_next_and_ends_the_sea
     assert worker.batches == [*SEED_BATCHES, 64] and search.last_fit == 64
 
 
+def test_two_failures_whose_line_puts_one_sample_over_the_budget_end_the_search_without_trying_it():
+    """A model whose weights, gradients and optimizer state alone exceed the budget: batch 4 fails, batch 2 fails,
+    and their line says batch 1 would too (the failures test's 1.7 GiB encoder in 1 GiB took a third attempt)."""
+    worker = ScriptedWorker(linear)
+    search = find_max_micro_batch(worker, request(), 64, 105 * MB)
+    assert (search.last_fit, worker.batches) == (0, [4, 2])
+    assert truth(linear, 105 * MB, 64) == 0
+    near = ScriptedWorker(linear)  # batch 1 fits by a hair: the line says so, and it is tried
+    assert find_max_micro_batch(near, request(), 64, int(101.5 * MB * (1 + SAFETY_MARGIN))).last_fit == 1
+    assert near.batches == [4, 2, 1]
+    cuda = ScriptedWorker(linear, budget=50 * MB, cuda=True)  # out-of-memory without peaks: no line, batch 1 tried
+    assert find_max_micro_batch(cuda, request(), 64, 55 * MB).last_fit == 0 and cuda.batches == [4, 2, 1]
+
+
 def test_cuda_style_failures_without_a_peak_still_converge_exactly():
     budget = 180 * MB
     limit = int(budget / (1 + SAFETY_MARGIN))  # the scripted device fails with OOM right above the margin

@@ -12,11 +12,16 @@ import sys
 from pathlib import Path
 
 import onnxruntime
+import pytest
 
 from finesweep.spaces import Quantization, Task
 from finesweep.trainer.serving.onnx_decoder import TOKEN_INPUTS, OnnxCausalLM
 
 REPO = Path(__file__).resolve().parents[3]
+# Half a minute each (the earlier transformers imported in subprocesses), for a compatibility the lock only moves
+# on a transformers upgrade: `python -m pytest -m slow tests/trainer/serving/test_onnx_decoder_versions.py` then.
+pytestmark = pytest.mark.slow
+
 EARLIER = "5.23.0"
 EARLIER_FOLDER = REPO / ".venv" / "extras" / f"transformers-{EARLIER}"
 
