@@ -55,7 +55,7 @@ def _baseline_section(baseline: dict[str, Any]) -> str:
     if baseline.get("untuned_test"):
         rows.append(["untuned base model", *[_fmt(baseline["untuned_test"].get(n)) for n in names]])
     recipe = ", ".join(f"{k} {v}" for k, v in baseline["params"].items())
-    lines = ["## Against the baseline\n", f"**{baseline['sentence'][0].upper()}{baseline['sentence'][1:]}.**\n",
+    lines = ["## Against the baseline\n", f"**{_capitalized(baseline['sentence'])}.**\n",
              f"The baseline is the recipe a user would run without finesweep ({recipe}), trained in the same sweep "
              f"as its first trial (trial {baseline['trial_id']}; best evaluation at step {baseline['step']}), never "
              "stopped early, and measured on the same test split by the same code.\n",
@@ -113,6 +113,8 @@ def _params_section(best: dict) -> str:
         f"of trial `{best.get('trial_id', '?')}`.\n",
         *([f"{best['exploitation']['sentence']} (search.exploit: the rest of the time budget to the search's "
            "winner).\n"] if best.get("exploitation") else []),
+        *([f"{_capitalized(best['exploitation']['model_choice'])}.\n"]
+          if (best.get("exploitation") or {}).get("model_choice") else []),
         "| hyperparameter | value |",
         "|---|---|",
         *rows,
@@ -348,3 +350,7 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "" if value is None else str(value)
+
+
+def _capitalized(text: str) -> str:
+    return text[0].upper() + text[1:]

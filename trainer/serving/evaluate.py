@@ -25,7 +25,8 @@ IGNORE_INDEX = -100
 
 def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batch_size: int = 32) -> dict[str, float]:
     """Metrics of `model` on `dataset` (rows of input_ids, attention_mask, labels), plus latency per sample: the
-    wall time of the pass in batches of `batch_size` (after one untimed warm-up batch) over the rows.
+    wall time of the pass in batches of `batch_size` (after one untimed warm-up batch) over the rows, taken longest
+    first (longest_first).
 
     classification: accuracy, f1_macro, loss; causal_lm: loss (mean over response tokens) and perplexity.
     """
@@ -34,6 +35,7 @@ def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batc
     device = model_device(model)
     model.eval()
     tally = _ClassTally() if Task(task) == Task.classification else _TokenTally()
+    dataset = longest_first(dataset)
     _warm_up(model, dataset, collate, batch_size, device)
     start = time.perf_counter()
     with torch.no_grad():
@@ -152,6 +154,14 @@ def model_device(model: Any) -> "torch.device":
     if device.type != "cpu":
         model.to("cpu")
     return torch.device("cpu")
+
+
+def longest_first(dataset: "Dataset") -> "Dataset":
+    """The rows by token length, longest first. Each batch pads to its own longest row: batches of similar lengths
+    pad little (tweets at batch 32 in split order padded to 1.7x their tokens), the metrics are the same in any
+    order, and the first batch, the largest, meets an out-of-memory before any time is spent."""
+    lengths = [len(ids) for ids in dataset["input_ids"]]
+    return dataset.select(sorted(range(len(lengths)), key=lambda row: -lengths[row]))
 
 
 def _batches(dataset: "Dataset", collate: Callable, batch_size: int):

@@ -24,7 +24,8 @@ def _tiny_trainable(config):
     for step in (1, 2):
         with tempfile.TemporaryDirectory() as folder:
             (Path(folder) / "state.txt").write_text(str(step))
-            tune.report({"step": step, "queue_ok": queue_ok}, checkpoint=tune.Checkpoint.from_directory(folder))
+            tune.report({"step": step, "eval_accuracy": step / 4, "queue_ok": queue_ok},
+                        checkpoint=tune.Checkpoint.from_directory(folder))
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +41,7 @@ def tiny_experiment(tmp_path_factory):
     storage = tmp_path_factory.mktemp("tune")
     try:
         tuner = tune.Tuner(tune.with_resources(_tiny_trainable, {"cpu": 1}),
+                           param_space={"model": "m", "effective_batch_size": 4},
                            run_config=tune.RunConfig(name="compat", storage_path=str(storage), verbose=0))
         results = tuner.fit()
         yield storage / "compat", results, [node["NodeManagerAddress"] for node in ray.nodes()]
@@ -61,6 +63,16 @@ def test_saved_trials_reads_tunes_experiment_state(tiny_experiment):
     assert trial.trial_id in trial.folder.name
     assert trial.checkpoint == Path(result.checkpoint.path).name, f"last_result.checkpoint_dir_name moved {CHECKED}"
     assert (trial.folder / trial.checkpoint / "state.txt").read_text() == "2"
+
+
+def test_a_results_dataframe_holds_every_evaluation_the_continuations_model_choice_reads(tiny_experiment):
+    from finesweep.search.tuning.exploit import histories
+
+    _, results, _ = tiny_experiment
+    [history] = histories(results, "eval_accuracy")
+    assert (history.model, history.evaluations) == ("m", ((4, 0.25), (8, 0.5))), \
+        f"Result.metrics_dataframe no longer holds each reported row {CHECKED}"
+    assert history.trial_id == results[0].metrics["trial_id"]
 
 
 def test_tune_report_callbacks_queue_is_reachable_inside_a_trial(tiny_experiment):

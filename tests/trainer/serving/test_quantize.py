@@ -132,7 +132,7 @@ def test_quantize_none_is_an_error(tiny_causal_lm, tmp_path):
 def test_evaluate_classification_metrics(classifier_checkpoint, classifier_tokenizer):
     from transformers import AutoModelForSequenceClassification
 
-    from finesweep.trainer.serving.evaluate import evaluate
+    from finesweep.trainer.serving.evaluate import evaluate, longest_first
 
     model = AutoModelForSequenceClassification.from_pretrained(classifier_checkpoint)
     split = classification_split(classifier_tokenizer, 50)
@@ -140,6 +140,12 @@ def test_evaluate_classification_metrics(classifier_checkpoint, classifier_token
     assert set(metrics) == {"accuracy", "f1_macro", "loss", "latency_ms_per_sample"}
     assert metrics["accuracy"] > 0.5  # trained: well above the 1/3 of guessing
     assert 0 <= metrics["f1_macro"] <= 1 and metrics["loss"] > 0 and metrics["latency_ms_per_sample"] > 0
+    # Taken longest first (batches of similar lengths pad little): the same metrics as one row at a time.
+    ordered = longest_first(split)
+    assert [len(ids) for ids in ordered["input_ids"]] == sorted((len(ids) for ids in split["input_ids"]), reverse=True)
+    alone = evaluate(model, split, classification_collate(classifier_tokenizer), Task.classification, batch_size=1)
+    assert (alone["accuracy"], alone["f1_macro"]) == (metrics["accuracy"], metrics["f1_macro"])
+    assert alone["loss"] == pytest.approx(metrics["loss"], rel=1e-4)
 
 
 def test_evaluate_causal_lm_is_token_weighted(tiny_causal_lm, lm_tokenizer):
