@@ -15,6 +15,7 @@ from finesweep.search.outputs.logs import log_to_file
 from finesweep.search.outputs.export import check_backends
 from finesweep.search.probe import sharing
 from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions
+from finesweep.search.probe.export_fit import fit_export
 from finesweep.search.probe.plan import RAY_START_SECONDS, TRIAL_START_SECONDS, apply, plan_search
 from finesweep.search.probe.sharing import core_slots, gpu_slots
 from finesweep.search.probe.steer import dominated_precisions, slow_values, without
@@ -157,7 +158,8 @@ def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dic
 
 def within_limit(config: SweepConfig, plan_for, limit: float, elapsed: float) -> tuple[SweepConfig, str]:
     """The config whose search budget is what search.time_limit leaves after the `elapsed` seconds (data, probe)
-    and the export's estimate (which does not depend on the search's budget), and the sentence that says so;
+    and the export's estimate (which does not depend on the search's budget; kept near a third of what is left,
+    search/probe/export_fit.py), and the sentence that says so;
     a SweepFileError, before anything trains, when that cannot pay for one trial's start and first evaluation."""
     left = limit - elapsed
     unlimited = config.model_copy(update={"search": config.search.model_copy(
@@ -165,7 +167,8 @@ def within_limit(config: SweepConfig, plan_for, limit: float, elapsed: float) ->
     provisional = plan_for(unlimited)
     if provisional is None:
         return unlimited, ""
-    export = provisional.export_seconds
+    unlimited, lighter = fit_export(unlimited, lambda fitted: plan_for(fitted).export_seconds, left, _cuda_present())
+    export = plan_for(unlimited).export_seconds if lighter else provisional.export_seconds
     search = left - export - LIMIT_OVERHEAD_SECONDS
     fastest = min(c.period_seconds(config.search.eval_every_steps) for c in provisional.combinations)
     needed = TRIAL_START_SECONDS + fastest
@@ -181,7 +184,8 @@ def within_limit(config: SweepConfig, plan_for, limit: float, elapsed: float) ->
     budgeted = unlimited.model_copy(update={"search": unlimited.search.model_copy(
         update={"time_budget_minutes": search / 60})})
     division = (f"the time limit {config.search.time_limit} ({limit:.0f} s) divided: data and probe {elapsed:.0f} s, "
-                f"search {search:.0f} s, export {export:.0f} s (predicted), Ray and the records {LIMIT_OVERHEAD_SECONDS:.0f} s")
+                f"search {search:.0f} s, export {export:.0f} s (predicted), Ray and the records {LIMIT_OVERHEAD_SECONDS:.0f} s"
+                + (f"; {lighter}" if lighter else ""))
     return budgeted, division
 
 

@@ -1,0 +1,108 @@
+"""A causal-LM sweep written with only data, model, methods and a learning-rate range, run with `--time-limit`: does
+the command end within its limit, how much of it goes to the memory probe, and what does the exported model score?
+
+Runs `finesweep run minimal.yaml --time-limit <limit>` once, as a user's first sweep on this machine (a machine
+cache of its own: the GGUF is dequantized and every combination probed inside the limit). Records the plan's
+division of the limit, the real phases, the trials, the test loss, perplexity and generation scores of every
+exported variant, and the decode speed. Writes benchmarks/llm-time-limit/results-<cpu kind>.json and prints a
+Markdown table. Run from the repository root, with nothing else loading the machine:
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/llm-time-limit/run.py [--limit 10m]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from finesweep.search.probe.device import cpu_identity
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+
+def run(limit: str, work: Path) -> dict[str, Any]:
+    sweep = yaml.safe_load((HERE / "minimal.yaml").read_text())
+    sweep["output_root"] = str(work)
+    sweep["data"]["path"] = str((HERE / sweep["data"]["path"]).resolve())
+    sweep_file = work / "minimal.yaml"
+    sweep_file.write_text(yaml.safe_dump(sweep, sort_keys=False))
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "FINESWEEP_CACHE": str(work / "machine-cache")}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "finesweep.search.cli", "run", str(sweep_file), "--time-limit", limit],
+                          cwd=REPO, capture_output=True, text=True, env=environment)
+    seconds = time.monotonic() - started
+    (work / "console.txt").write_text(done.stdout + done.stderr)
+    folder = work / sweep["name"]
+    summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
+    metrics_file = folder / "export" / "metrics.json"
+    return {"exit_status": done.returncode, "wall_seconds": round(seconds, 1), "limit": limit,
+            "phase_seconds": summary.get("phase_seconds"), "plan": _plan(summary.get("plan") or {}),
+            "trials": _trials(folder), "winner": (summary.get("best") or {}).get("params"),
+            "exploitation": (summary.get("exploitation") or {}).get("sentence"),
+            "variants": json.loads(metrics_file.read_text()) if metrics_file.is_file() else None,
+            "deploy": (summary.get("deploy") or {}).get("variant"),
+            "baseline": {key: (summary.get("baseline") or {}).get(key) for key in ("test", "winner_test", "untuned_test")}}
+
+
+def _plan(plan: dict[str, Any]) -> dict[str, Any]:
+    keep = ("search_seconds", "export_seconds", "exploration_seconds", "exploitation_seconds", "exploit_share",
+            "max_steps", "num_trials", "notes")
+    return {key: plan[key] for key in keep if key in plan}
+
+
+def _trials(folder: Path) -> list[dict[str, Any]]:
+    """Each trial's parameters, evaluations and how it ended, from Tune's result files."""
+    found = []
+    for result in sorted(folder.glob("tune/*/*/result.json")):
+        rows = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
+        if rows:
+            config = rows[0].get("config", {})
+            found.append({"trial": result.parent.name, "method": config.get("method"),
+                          "learning_rate": config.get("learning_rate"),
+                          "effective_batch_size": config.get("effective_batch_size"),
+                          "evaluations": [(row["step"], round(row.get("eval_loss", float("nan")), 4)) for row in rows]})
+    return found
+
+
+def table(result: dict[str, Any]) -> str:
+    phases = result["phase_seconds"] or {}
+    wall = result["wall_seconds"]
+    lines = [f"`run --time-limit {result['limit']}`: exit {result['exit_status']}, {wall:.0f} s; " +
+             ", ".join(f"{name} {value:.0f} s ({value / wall:.0%})" for name, value in phases.items()), "",
+             "| variant | test loss | perplexity | exact match | token F1 | ROUGE-L | ms / generated token |",
+             "|---|---|---|---|---|---|---|"]
+    for name, values in (result["variants"] or {}).items():
+        cells = [values.get(key) for key in ("loss", "perplexity", "gen_exact_match", "gen_token_f1", "gen_rouge_l",
+                                             "ms_per_generated_token")]
+        lines.append(f"| {name} | " + " | ".join("-" if v is None else f"{v:.4g}" for v in cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--limit", default="10m", help="run --time-limit (default 10m)")
+    args = parser.parse_args()
+    work = REPO / "runs" / "llm-time-limit"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    result = {"cpu": cpu_identity(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
+              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                       text=True).stdout.strip(), **run(args.limit, work)}
+    kind = "avx512" if "avx512" in result["cpu"] else "avx2"
+    out = HERE / f"results-{kind}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{result['cpu']}; {result['cores']} cores; wrote {out.relative_to(REPO)}\n\n{table(result)}")
+
+
+if __name__ == "__main__":
+    main()

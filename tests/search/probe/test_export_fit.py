@@ -1,0 +1,50 @@
+"""Under a time limit the export is kept near a third of what the limit leaves (search/probe/export_fit.py)."""
+
+from __future__ import annotations
+
+from finesweep.search.probe.export_fit import fit_export
+from finesweep.spaces import SweepConfig
+
+
+def _config(task: str = "causal_lm", **export) -> SweepConfig:
+    return SweepConfig.model_validate({
+        "name": "x", "data": {"path": "chats.jsonl", "task": task}, "models": [{"name": "m", "path": "m"}],
+        "search": {"time_limit": "10m"}, "export": export})
+
+
+def _estimate(config: SweepConfig) -> float:
+    """A causal LM's export as the LLM example's: 40 s per variant's test pass and timing, 60 s for the ONNX graph,
+    4 s per generated answer and variant (bitsandbytes' int8 twice that: it decodes slower than full precision)."""
+    variants = ["none", *(q.value for q in config.export.quantization)]
+    answers = config.export.generation_samples if config.data.task.value == "causal_lm" else 0
+    per_answer = {"int8": 8.0}
+    return sum(40 + per_answer.get(v, 4.0) * answers + (60 if v == "onnx-int8" else 0) for v in variants)
+
+
+def test_a_default_export_on_a_cpu_drops_bitsandbytes_then_answers_until_it_fits_a_third():
+    config = _config()  # int8 and onnx-int8, 32 answers: 40x3 + 60 + 32x(4+8+4) = 692 s
+    assert _estimate(config) == 692
+    fitted, said = fit_export(config, _estimate, seconds_left=600, cuda=False)
+    assert [q.value for q in fitted.export.quantization] == ["onnx-int8"]
+    # Without int8: 140 + 8 per answer; a third of 600 s holds 7 answers.
+    assert fitted.export.generation_samples == 7 and _estimate(fitted) <= 200
+    assert "int8 left out of the default export.quantization" in said and "generation_samples 32 -> 7" in said
+    assert said.startswith("the export, predicted at 692 s, is kept near a third of the 600 s")
+
+
+def test_a_list_the_file_names_is_kept_a_gpu_keeps_bitsandbytes_and_too_few_answers_become_none():
+    named = _config(quantization=["int8", "onnx-int8"])
+    fitted, said = fit_export(named, _estimate, seconds_left=600, cuda=False)
+    assert [q.value for q in fitted.export.quantization] == ["int8", "onnx-int8"]
+    # 180 s without answers leaves the 200 s cap room for one answer (16 s): fewer than MIN_ANSWERS, so none.
+    assert fitted.export.generation_samples == 0 and "32 -> 0" in said
+    on_gpu, _ = fit_export(_config(), _estimate, seconds_left=600, cuda=True)
+    assert [q.value for q in on_gpu.export.quantization] == ["int8", "onnx-int8"]
+
+
+def test_an_export_that_fits_or_a_classifier_is_left_as_it_is():
+    roomy = _config()
+    assert fit_export(roomy, _estimate, seconds_left=3000, cuda=False) == (roomy, None)
+    classifier = _config(task="classification", quantization=["onnx-int8"])
+    assert fit_export(classifier, _estimate, seconds_left=150, cuda=False) == (classifier, None), \
+        "nothing to take away: the variants were named and a classifier generates nothing"
