@@ -18,20 +18,28 @@ from finesweep.search.probe.device import Device, check_deepspeed, resolve_devic
 from finesweep.search.probe.export_fit import fit_export
 from finesweep.search.probe.plan import RAY_START_SECONDS, TRIAL_START_SECONDS, apply, plan_search
 from finesweep.search.probe.sharing import core_slots, gpu_slots
-from finesweep.search.probe.steer import dominated_precisions, slow_values, without
+from finesweep.search.probe.steer import dominated_precisions, slow_values, unmeasured_precisions, without
 from finesweep.search.probe.table import machine_probe_file, probe_all
 from finesweep.spaces import Method, SweepConfig, SweepFileError
 from finesweep.trainer.gguf import check_gguf
 from finesweep.trainer.models import check_pooling
 
 
+# Under search.time_limit, the probe's share of it: a user who says 10 minutes wants them spent training. On 2 cores
+# the LLM example's LoRA probe alone took 6.8 minutes unbounded (micro-batches 4 to 32 at 5 to 54 s a step).
+PROBE_SHARE = 0.1
+
+
 def measure_memory(config: SweepConfig, folder: SweepFolder, device: Device, precisions: list[str],
                    data: PreparedSweep, console: Console) -> dict[str, Any]:
-    """The memory probe over the space's models, precisions and methods (cached by content), printed."""
+    """The memory probe over the space's models, precisions and methods (cached by content), printed; under a time
+    limit within PROBE_SHARE of it (search/probe/table.py probe_all)."""
     console.step("Probing memory: largest micro-batch per model, precision and method")
     labels = len(data.prepared.label_names or []) or 2
     cache = machine_probe_file()
-    results = probe_all(config, device, precisions, data.max_seq_len, labels, cache, folder.probe_file)
+    limit = config.search.time_limit_seconds
+    results = probe_all(config, device, precisions, data.max_seq_len, labels, cache, folder.probe_file,
+                        PROBE_SHARE * limit if limit else None)
     console.probe_table(results)
     if reused := sum(r.reused for r in results.values()):
         console.step(f"Probe: {reused} of {len(results)} combinations measured by an earlier sweep on this machine, "
@@ -107,10 +115,13 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
 def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str, Any],
                    console: Console) -> tuple[SweepConfig, list[str]]:
     """Precisions and methods far slower than the alternatives on this machine leave the space
-    (search.min_relative_speed), and so does a reduced precision slower than fp32."""
-    removals = slow_values(probes, config.search.min_relative_speed)
-    removals += [r for r in dominated_precisions(probes) if (r.dimension, r.value) not in
-                 {(kept.dimension, kept.value) for kept in removals}]
+    (search.min_relative_speed), and so does a reduced precision slower than fp32 or left unmeasured by the probe's
+    share of a time limit."""
+    measured = {key: result for key, result in probes.items() if not result.not_measured}
+    removals = unmeasured_precisions(probes)
+    for removal in slow_values(measured, config.search.min_relative_speed) + dominated_precisions(measured):
+        if (removal.dimension, removal.value) not in {(kept.dimension, kept.value) for kept in removals}:
+            removals.append(removal)
     for removal in removals:
         console.warn(f"{removal.dimension} {removal.value} removed from the space: {removal.reason}")
     if not removals:

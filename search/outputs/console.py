@@ -46,7 +46,7 @@ class Console:
         for r in results.values():
             peak = (r.attempt_at(r.max_micro_batch) or {}).get("peak_bytes", 0)
             table.add_row(r.model, r.precision, r.method, str(r.seq_len), "yes" if r.gradient_checkpointing else "no",
-                          str(r.max_micro_batch) + (" (stopped: too slow)" if r.too_slow else ""), str(r.micro_batch),
+                          _max_micro(r), str(r.micro_batch),
                           str(r.eval_batch_size),
                           f"{peak / 2**30:.2f} / {r.budget_bytes / 2**30:.2f} GiB", f"{r.samples_per_second:.1f}",
                           _other_plan(r.alternative), f"{r.probe_steps} ({len(r.attempts)})",
@@ -223,3 +223,11 @@ def _timed(metrics: dict[str, float], key: str, speedup: str) -> str:
     if metrics.get(key) is None:
         return "-"
     return f"{metrics[key]:.2f}" + (f" ({metrics[speedup]:.2f}x)" if metrics.get(speedup) else "")
+
+
+def _max_micro(result) -> str:
+    """The probe table's max micro-batch, with why the probe stopped short of the largest that fits."""
+    if result.not_measured:
+        return "- (not measured: time limit)"
+    why = " (stopped: too slow)" if result.too_slow else " (stopped: time limit)" if result.cut_short else ""
+    return f"{result.max_micro_batch}{why}"

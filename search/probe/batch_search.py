@@ -5,6 +5,7 @@ evaluation batch. Pure logic over attempts; a worker (worker.ProbeWorker, or a f
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -31,6 +32,7 @@ class MaxSearch:
     first_fail: int = 0  # cap + 1 until something above the last fit fails
     seed_prediction: int = 0  # what the memory model fitted on the seed batches predicted
     too_slow: str | None = None  # why the search stopped after its first attempt (see find_max_micro_batch)
+    cut_short: bool = False  # its time (the probe's share of a time limit) ended it at the last fit
     _stalls: int = 0
 
     @property
@@ -96,7 +98,8 @@ def predict_max_batch(attempts: list[ProbeAttempt], limit: float) -> int | None:
 
 
 def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int,
-                         too_slow: Callable[[ProbeAttempt], str | None] | None = None) -> MaxSearch:
+                         too_slow: Callable[[ProbeAttempt], str | None] | None = None,
+                         deadline: float | None = None) -> MaxSearch:
     """Largest batch in [1, cap] that fits `budget` less the margin: seed the memory model, then confirm and bisect.
     `too_slow` judges the first attempt: when it gives a reason, the search stops there (the batch fits; how much
     larger one would is not worth its minutes for a combination the space will drop).
@@ -104,6 +107,8 @@ def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int,
     The seed batches fit a line through their peaks; its prediction is tried next (the cap itself when the line
     says the cap fits), then the bracket between the last fit and the first failure closes, one prediction or
     one bisection at a time, until the answer is exact (or two failures show that not even one sample fits).
+    Past `deadline` (time.monotonic()) the search ends at its last fit, marked cut_short: a smaller micro-batch
+    than the largest that fits, measured, rather than a probe longer than its share of a time limit.
     """
     search = MaxSearch(worker, base, cap, budget / (1 + SAFETY_MARGIN), first_fail=cap + 1)
     for batch in sorted({min(b, cap) for b in SEED_BATCHES}):
@@ -113,13 +118,22 @@ def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int,
             search.too_slow = too_slow(search.attempts[0])
             if search.too_slow:
                 return search  # far slower than another combination already measured: how far it fits is moot
+        if past(deadline):
+            break
     search.seed_prediction = predict_max_batch(search.attempts, search.limit) or 0
     while search.open:
         if search.nothing_fits():
             search.first_fail = 1
             break
+        if search.last_fit and past(deadline):
+            search.cut_short = True
+            break
         search.fits(search.next_batch())
     return search
+
+
+def past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def throughput_candidates(max_batch: int, tried: set[int]) -> list[int]:

@@ -47,6 +47,14 @@ def slow_values(probes: dict[str, ProbeResult], fraction: float) -> list[Removal
     return removals
 
 
+def unmeasured_precisions(probes: dict[str, ProbeResult]) -> list[Removal]:
+    """Reduced precisions the probe's share of a time limit left unmeasured (fp32's combinations are probed first
+    and always): without a speed or a micro-batch a trial cannot be planned."""
+    missed = sorted({r.precision for r in probes.values() if r.not_measured})
+    return [Removal("precision", precision, "not measured: the probe's share of search.time_limit was spent before "
+                    "its turn (fp32's combinations come first)") for precision in missed]
+
+
 def dominated_precisions(probes: dict[str, ProbeResult]) -> list[Removal]:
     """Reduced precisions (bf16, fp16) that train slower than fp32 for every candidate model measured in both: the
     same steps, less precisely, in more time. Mixed precision buys speed or memory, not accuracy; the probe's

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from filelock import FileLock
 
 from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, fastest_batch, find_eval_batch,
-                                                 find_max_micro_batch, throughput_candidates)
+                                                 find_max_micro_batch, past, throughput_candidates)
 from finesweep.search.probe.device import Device, busy_cores, contended
 from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import SweepConfig, parse_bytes
@@ -56,6 +56,8 @@ class ProbeResult:
     too_slow: str | None = None  # the probe stopped after one attempt: far slower than another combination
     busy_cores: float | None = None  # cores other work kept busy as the probe started (a CPU device; see busy_cores)
     reused: bool = False  # read from the machine's cache: an earlier sweep on this machine measured it
+    cut_short: bool = False  # the probe's share of a time limit ended its search at its last fit (see probe_all)
+    not_measured: bool = False  # the probe's share of a time limit was spent before its turn: it leaves the space
 
     @property
     def key(self) -> str:
@@ -99,30 +101,48 @@ def memory_budget(config: SweepConfig, device: Device) -> int:
 
 
 def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_len: int,
-              num_labels: int, cache_file: Path, record_file: Path | None = None) -> dict[str, ProbeResult]:
+              num_labels: int, cache_file: Path, record_file: Path | None = None,
+              seconds: float | None = None) -> dict[str, ProbeResult]:
     """Probe every combination the space can sample; results are cached in `cache_file` by what they depend on
     (the machine's cache: a later sweep on this machine with the same model, precision, method, length, batches,
     memory budget, threads and libraries reads them instead of probing again), and the answers this sweep used
-    are also written to `record_file` (the sweep folder's own record)."""
+    are also written to `record_file` (the sweep folder's own record).
+
+    `seconds` (the probe's share of search.time_limit): each combination gets an equal part of what is left when
+    its turn comes, and its search ends at its last fit past it (cut_short: no larger micro-batch, no recompute
+    plan, no evaluation batch tried). The first precision's combinations (fp32, the others are judged by it) are
+    always measured; a reduced precision's turn after the time is spent is not_measured, and leaves the space."""
     cap = config.resources.max_micro_batch or max(config.space.effective_batch_size)
     threads = int(config.resources.cpus_per_trial)
     prober = _CachedProber(ProbeWorker(device, threads=threads), device, memory_budget(config, device), cap,
                            config.resources.micro_batch, cache_file, config.search.min_relative_speed, threads,
                            record_file=record_file)
+    ordered = sorted(precisions, key=lambda p: p != FULL_PRECISION)  # fp32 first: others are judged by it
+    turns = [(model, precision, method.value) for model in config.model_names for precision in ordered
+             for method in config.space.method]
+    end = time.monotonic() + seconds if seconds is not None else None
     results: dict[str, ProbeResult] = {}
     try:
-        for model in config.model_names:
-            for precision in sorted(precisions, key=lambda p: p != FULL_PRECISION):  # fp32 first: others are judged by it
-                for method in (m.value for m in config.space.method):
-                    base = ProbeRequest(candidate=config.candidate(model).model_dump(), task=config.data.task.value,
-                                        num_labels=num_labels, precision=precision, method=method, seq_len=seq_len,
-                                        batch=cap, trust_remote_code=config.trust_remote_code)
-                    result = checkpointing_plan(functools.partial(prober.measure, base),
-                                                config.resources.gradient_checkpointing, cap)
-                    results[result.key] = result
+        for index, (model, precision, method) in enumerate(turns):
+            if end is not None and past(end) and precision != ordered[0]:
+                results[combination_key(model, precision, method)] = _not_measured(model, precision, method,
+                                                                                   seq_len, device, prober.budget)
+                continue
+            prober.deadline = None if end is None else time.monotonic() + (end - time.monotonic()) / (len(turns) - index)
+            base = ProbeRequest(candidate=config.candidate(model).model_dump(), task=config.data.task.value,
+                                num_labels=num_labels, precision=precision, method=method, seq_len=seq_len,
+                                batch=cap, trust_remote_code=config.trust_remote_code)
+            result = checkpointing_plan(functools.partial(prober.measure, base),
+                                        config.resources.gradient_checkpointing, cap)
+            results[result.key] = result
     finally:
         prober.worker.close()
     return results
+
+
+def _not_measured(model: str, precision: str, method: str, seq_len: int, device: Device, budget: int) -> ProbeResult:
+    return ProbeResult(model=model, precision=precision, method=method, seq_len=seq_len, device=device.name,
+                       budget_bytes=budget, max_micro_batch=0, not_measured=True)
 
 
 @dataclass
@@ -140,6 +160,7 @@ class _CachedProber:
     fastest: dict[tuple[str, int], tuple[float, str]] = field(default_factory=dict)  # (model, batch) -> samples/s, key
     record_file: Path | None = None  # the sweep's own copy of the answers it used (cache_file is the machine's)
     full_precision: dict[tuple[str, str, int], float] = field(default_factory=dict)  # (model, method, batch) -> fp32's
+    deadline: float | None = None  # time.monotonic() by which the combination now probed ends (see probe_all)
 
     def measure(self, base: ProbeRequest, checkpointing: bool) -> ProbeResult:
         request = replace(base, gradient_checkpointing=checkpointing)
@@ -149,9 +170,11 @@ class _CachedProber:
         reused = entry is not None and busy is None
         if not reused:
             result = _probe_one(self.worker, request, request.candidate["name"], self.cap, self.budget, self.device,
-                                functools.partial(self.too_slow, precision=request.precision, method=request.method))
+                                functools.partial(self.too_slow, precision=request.precision, method=request.method),
+                                self.deadline)
             entry = asdict(replace(result, busy_cores=busy))
-            _add_to_cache(self.cache_file, fingerprint, entry)
+            if not result.cut_short:  # a later sweep with the time to measure it all should
+                _add_to_cache(self.cache_file, fingerprint, entry)
         if self.record_file is not None:
             _add_to_cache(self.record_file, fingerprint, entry)
         result = replace(ProbeResult(**entry), reused=reused).choose(self.policy)
@@ -210,8 +233,10 @@ def checkpointing_plan(measured: Callable[[bool], ProbeResult], setting: str, ca
     if setting != "auto":
         return measured(setting == "on")
     plain = measured(False)
-    if plain.max_micro_batch >= cap or plain.too_slow:
-        return plain  # one micro-batch holds the largest effective batch, or the space drops this combination
+    if plain.max_micro_batch >= cap or plain.too_slow or plain.cut_short:
+        # One micro-batch holds the largest effective batch, the space drops this combination, or the time limit
+        # ended the search before memory said anything against larger micro-batches.
+        return plain
     if (static := static_bytes(plain)) is not None and static * (1 + plain.margin) > plain.budget_bytes:
         log.info("probe %s: no recompute plan measured: weights, gradients and optimizer state alone take about "
                  "%.2f GiB of the %.2f GiB budget, and recomputing only saves activations", plain.key,
@@ -238,14 +263,16 @@ def static_bytes(result: ProbeResult) -> float | None:
 
 
 def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, budget: int, device: Device,
-               too_slow: Callable[[ProbeAttempt, str], str | None] | None = None) -> ProbeResult:
+               too_slow: Callable[[ProbeAttempt, str], str | None] | None = None,
+               deadline: float | None = None) -> ProbeResult:
     started = time.perf_counter()
     search = find_max_micro_batch(worker, base, cap, budget,
-                                  functools.partial(too_slow, model=model) if too_slow else None)
+                                  functools.partial(too_slow, model=model) if too_slow else None, deadline)
     top, search_attempts = search.last_fit, len(search.attempts)
-    if search.too_slow:
-        log.info("probe %s %s %s: stopped after one attempt, too slow: %s", model, base.precision, base.method,
-                 search.too_slow)
+    if search.too_slow or search.cut_short:
+        reason = (f"too slow: {search.too_slow}" if search.too_slow else
+                  "its share of the time limit spent (larger micro-batches not tried)")
+        log.info("probe %s %s %s: stopped at micro-batch %d, %s", model, base.precision, base.method, top, reason)
         eval_batch, eval_attempt = top, None  # a forward without gradients fits where the training step did
     else:
         for batch in throughput_candidates(top, {a.batch for a in search.attempts}):
@@ -258,7 +285,8 @@ def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, bu
                        attempts=[asdict(a) for a in attempts], seconds=time.perf_counter() - started,
                        best_micro_batch=fastest_batch(search.attempts, search.limit, top), eval_batch_size=eval_batch,
                        seed_prediction=search.seed_prediction, search_attempts=search_attempts,
-                       gradient_checkpointing=base.gradient_checkpointing, too_slow=search.too_slow)
+                       gradient_checkpointing=base.gradient_checkpointing, too_slow=search.too_slow,
+                       cut_short=search.cut_short)
 
 
 def _fingerprint(request: ProbeRequest, device: Device, budget: int, threads: int) -> str:

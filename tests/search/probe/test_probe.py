@@ -13,6 +13,7 @@ from finesweep.search.probe import table as probe_module
 from finesweep.search.probe.device import Device, resolve_device
 from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, ProbeError, fastest_batch, find_eval_batch,
                                                  find_max_micro_batch, predict_max_batch, throughput_candidates)
+from finesweep.search.probe.steer import unmeasured_precisions
 from finesweep.search.probe.table import ProbeResult, probe_all
 from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import ModelCandidate, SweepConfig
@@ -228,6 +229,37 @@ def test_a_later_sweep_on_this_machine_reuses_the_probe_unless_the_model_files_o
     (model / "model.safetensors").write_bytes(b"other weights")
     assert not sweep("saved-again").reused, "a model saved again at the same path is another model"
     assert len(json.loads(machine.read_text())) == 3
+
+
+def test_a_time_limits_probe_share_ends_each_search_at_its_last_fit_and_leaves_a_late_precision_unmeasured(
+        tmp_path, monkeypatch):
+    """The LLM example's LoRA probe alone took 6.8 minutes of a 10-minute limit: under search.time_limit each
+    combination gets its part of the probe's share. fp32 (the others are judged by it) is measured whatever the
+    time; its search stops at the seed that fit, trying no larger micro-batch, recompute plan or evaluation batch;
+    bf16's turn, once the time is spent, is not measured (steer removes it); a cut-short answer is not cached for
+    a later sweep that has the time to measure it all."""
+    workers: list[ScriptedWorker] = []
+
+    def new_worker(device, threads):
+        workers.append(ScriptedWorker(linear, seconds=lambda b: 1.0))
+        return workers[-1]
+
+    monkeypatch.setattr(probe_module, "ProbeWorker", new_worker)
+    monkeypatch.setattr(probe_module, "busy_cores", lambda: 0.0)
+    config = SweepConfig.model_validate({**yaml.safe_load(CONFIG % "fastest"),
+                                         "resources": {"memory_budget": "300MiB", "gradient_checkpointing": "auto"}})
+    machine = tmp_path / "machine.json"
+    results = probe_all(config, Device("cpu", "test-cpu", 8 * 2**30), ["fp32", "bf16"], 32, 2, machine,
+                        tmp_path / "record.json", seconds=0.0)
+    fp32, bf16 = results["m|fp32|full"], results["m|bf16|full"]
+    assert (fp32.max_micro_batch, fp32.cut_short, fp32.eval_batch_size, fp32.gradient_checkpointing) == (4, True, 4, False)
+    assert workers[0].batches == [4] and fp32.samples_per_second == 4.0
+    assert bf16.not_measured and bf16.max_micro_batch == 0 and not bf16.attempts
+    assert not machine.exists() and json.loads((tmp_path / "record.json").read_text()), "recorded, not cached"
+    removed = unmeasured_precisions(results)
+    assert [(r.dimension, r.value) for r in removed] == [("precision", "bf16")] and "time_limit" in removed[0].reason
+    roomy = probe_all(config, Device("cpu", "test-cpu", 8 * 2**30), ["fp32", "bf16"], 32, 2, machine, seconds=600)
+    assert not any(r.cut_short or r.not_measured for r in roomy.values()) and roomy["m|fp32|full"].max_micro_batch > 4
 
 
 def test_speeds_measured_under_load_are_warned_about_and_measured_again_once_the_machine_is_quieter(
