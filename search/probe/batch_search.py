@@ -69,6 +69,16 @@ class MaxSearch:
         predicted = predict_max_batch(self.attempts, self.limit) if self.last_fit == 0 else None
         return predicted is not None and predicted < 1
 
+    def out_of_time(self, batch: int, deadline: float | None) -> bool:
+        """Whether an attempt at `batch` would end past `deadline`: its steps timed at the last training attempt's
+        seconds per sample (a CPU's samples per second barely change with the batch; the LLM example's full
+        fine-tuning took 5 s a step at 4 rows and 26 s at 16)."""
+        if deadline is None:
+            return False
+        last = next((a for a in reversed(self.attempts) if a.mode == "train" and a.seconds_per_step > 0), None)
+        predicted = last.steps * last.seconds_per_step * batch / last.batch if last else 0.0
+        return time.monotonic() + predicted >= deadline
+
     def next_batch(self) -> int:
         """The memory model's guess, kept strictly inside the bracket; bisection when it has no guess or stalls."""
         predicted = predict_max_batch(self.attempts, self.limit)
@@ -107,28 +117,30 @@ def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int,
     The seed batches fit a line through their peaks; its prediction is tried next (the cap itself when the line
     says the cap fits), then the bracket between the last fit and the first failure closes, one prediction or
     one bisection at a time, until the answer is exact (or two failures show that not even one sample fits).
-    Past `deadline` (time.monotonic()) the search ends at its last fit, marked cut_short: a smaller micro-batch
-    than the largest that fits, measured, rather than a probe longer than its share of a time limit.
+    Where the next attempt would end past `deadline` (time.monotonic()), the search ends at its last fit, marked
+    cut_short: a smaller micro-batch than the largest that fits, measured, rather than a probe longer than its share
+    of a time limit.
     """
     search = MaxSearch(worker, base, cap, budget / (1 + SAFETY_MARGIN), first_fail=cap + 1)
     for batch in sorted({min(b, cap) for b in SEED_BATCHES}):
+        if search.last_fit and search.out_of_time(batch, deadline):
+            break
         if not search.fits(batch):
             break
         if too_slow is not None and len(search.attempts) == 1:
             search.too_slow = too_slow(search.attempts[0])
             if search.too_slow:
                 return search  # far slower than another combination already measured: how far it fits is moot
-        if past(deadline):
-            break
     search.seed_prediction = predict_max_batch(search.attempts, search.limit) or 0
     while search.open:
         if search.nothing_fits():
             search.first_fail = 1
             break
-        if search.last_fit and past(deadline):
+        batch = search.next_batch()
+        if search.last_fit and search.out_of_time(batch, deadline):
             search.cut_short = True
             break
-        search.fits(search.next_batch())
+        search.fits(batch)
     return search
 
 

@@ -6,8 +6,9 @@ each scoring the test split and greedily answering the 16 test prompts token by 
 them, which on a CPU is slower than full precision (0.57x its decode speed there) and never the deploy pick. So
 where the predicted export exceeds EXPORT_SHARE of what the limit leaves after the data and the probe: first the
 bitsandbytes variants leave a default export list on a machine without CUDA (a list the sweep file names is kept),
-then a causal LM's generated answers shrink to what fits (at least MIN_ANSWERS while any fit). The plan says what
-changed. Pure: the export's estimate comes from the `estimate` given.
+then a causal LM's generated answers shrink to what fits (at least MIN_ANSWERS while any fit), and if it still does
+not fit, a default list's other variants go too (a causal LM's ONNX graph alone is planned at 180 s on 2 cores).
+The plan says what changed. Pure: the export's estimate comes from the `estimate` given.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def fit_export(config: SweepConfig, estimate: Callable[[SweepConfig], float], se
         return config, None
     changes = []
     export = config.export
-    if not cuda and "quantization" not in export.model_fields_set:
+    default_list = "quantization" not in export.model_fields_set  # a list the sweep file names is kept
+    if not cuda and default_list:
         kept = [q for q in export.quantization if q not in BITSANDBYTES]
         if kept and kept != export.quantization:
             left_out = ", ".join(q.value for q in export.quantization if q in BITSANDBYTES)
@@ -50,6 +52,12 @@ def fit_export(config: SweepConfig, estimate: Callable[[SweepConfig], float], se
         if fits < answers:
             export = export.model_copy(update={"generation_samples": fits})
             changes.append(f"export.generation_samples {answers} -> {fits}")
+    if default_list and export.quantization != [Quantization.none] and estimate(_with_export(config, export)) > cap:
+        dropped = ", ".join(q.value for q in export.quantization if q != Quantization.none)
+        export = export.model_copy(update={"quantization": [Quantization.none]})
+        changes.append(f"{dropped} left out too (the full-precision model alone: `finesweep export SWEEP --quantize "
+                       f"{dropped.replace(', ', ',')}` makes them after the run; naming them in export.quantization "
+                       "keeps them in it)")
     if not changes:
         return config, None
     fitted = _with_export(config, export)

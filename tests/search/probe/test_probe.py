@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import asdict
 
 import pytest
@@ -97,6 +98,19 @@ def test_two_failures_whose_line_puts_one_sample_over_the_budget_end_the_search_
     assert near.batches == [4, 2, 1]
     cuda = ScriptedWorker(linear, budget=50 * MB, cuda=True)  # out-of-memory without peaks: no line, batch 1 tried
     assert find_max_micro_batch(cuda, request(), 64, 55 * MB).last_fit == 0 and cuda.batches == [4, 2, 1]
+
+
+def test_an_attempt_that_would_end_past_the_deadline_is_not_started():
+    """The next attempt's steps are timed at the last one's seconds per sample: 2 steps of 0.09 s at batch 4 say
+    batch 16 takes 0.72 s, past a deadline 0.3 s away; with time enough the search runs to its exact answer."""
+    worker = ScriptedWorker(linear)
+    search = find_max_micro_batch(worker, request(), 64, 1000 * MB, deadline=time.monotonic() + 0.3)
+    assert (worker.batches, search.last_fit, search.cut_short) == ([4], 4, True)
+    roomy = find_max_micro_batch(ScriptedWorker(linear), request(), 64, 1000 * MB, deadline=time.monotonic() + 60)
+    assert (roomy.last_fit, roomy.cut_short) == (64, False)
+    failing = ScriptedWorker(linear)  # nothing fits yet: the deadline does not stop the search for a first fit
+    assert find_max_micro_batch(failing, request(), 64, 110 * MB, deadline=time.monotonic()).last_fit == 0
+    assert failing.batches == [4, 2], "batch 2 tried past the deadline; then the two failures end it"
 
 
 def test_cuda_style_failures_without_a_peak_still_converge_exactly():
