@@ -17,6 +17,7 @@ import math
 from typing import Callable
 
 from finesweep.spaces import Quantization, SweepConfig, Task
+from finesweep.spaces.config import DEFAULT_QUANTIZATION
 
 EXPORT_SHARE = 1 / 3
 # Below this many answers the generation scores are too noisy to compare variants by: none then, rather than 1 or 2.
@@ -34,7 +35,9 @@ def fit_export(config: SweepConfig, estimate: Callable[[SweepConfig], float], se
         return config, None
     changes = []
     export = config.export
-    default_list = "quantization" not in export.model_fields_set  # a list the sweep file names is kept
+    # Compared with the default, not model_fields_set: the config reaches here re-validated from a dump (the GGUF
+    # candidate's dequantized path, a resume), where every field is set. A list the sweep file names is kept.
+    default_list = export.quantization == DEFAULT_QUANTIZATION
     if not cuda and default_list:
         kept = [q for q in export.quantization if q not in BITSANDBYTES]
         if kept and kept != export.quantization:
