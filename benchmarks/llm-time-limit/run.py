@@ -42,16 +42,31 @@ def run(limit: str, work: Path) -> dict[str, Any]:
                           cwd=REPO, capture_output=True, text=True, env=environment)
     seconds = time.monotonic() - started
     (work / "console.txt").write_text(done.stdout + done.stderr)
-    folder = work / sweep["name"]
+    return collect(work / sweep["name"], done.stdout + done.stderr, done.returncode, seconds, limit)
+
+
+def collect(folder: Path, console: str, exit_status: int, seconds: float, limit: str) -> dict[str, Any]:
+    """What the run left: its summary, probe record, trials and export metrics; a refusal's error paragraph."""
     summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
     metrics_file = folder / "export" / "metrics.json"
-    return {"exit_status": done.returncode, "wall_seconds": round(seconds, 1), "limit": limit,
-            "phase_seconds": summary.get("phase_seconds"), "plan": _plan(summary.get("plan") or {}),
+    error = next((line for line in reversed(console.splitlines()) if line.startswith("error:")), None)
+    return {"exit_status": exit_status, "wall_seconds": round(seconds, 1), "limit": limit, "error": error,
+            "probe": _probe(folder), "phase_seconds": summary.get("phase_seconds"), "plan": _plan(summary.get("plan") or {}),
             "trials": _trials(folder), "winner": (summary.get("best") or {}).get("params"),
             "exploitation": (summary.get("exploitation") or {}).get("sentence"),
             "variants": json.loads(metrics_file.read_text()) if metrics_file.is_file() else None,
             "deploy": (summary.get("deploy") or {}).get("variant"),
             "baseline": {key: (summary.get("baseline") or {}).get(key) for key in ("test", "winner_test", "untuned_test")}}
+
+
+def _probe(folder: Path) -> dict[str, Any]:
+    """Per combination the probe measured: its seconds, attempts, micro-batch and why it stopped short."""
+    record = folder / "cache" / "probe.json"
+    entries = json.loads(record.read_text()).values() if record.is_file() else []
+    return {f"{e['model']}|{e['precision']}|{e['method']}": {
+        "seconds": round(e["seconds"], 1), "attempts": [a["batch"] for a in e["attempts"]],
+        "max_micro_batch": e["max_micro_batch"], "cut_short": e.get("cut_short", False), "too_slow": e.get("too_slow")}
+        for e in entries}
 
 
 def _plan(plan: dict[str, Any]) -> dict[str, Any]:
@@ -78,7 +93,8 @@ def table(result: dict[str, Any]) -> str:
     phases = result["phase_seconds"] or {}
     wall = result["wall_seconds"]
     lines = [f"`run --time-limit {result['limit']}`: exit {result['exit_status']}, {wall:.0f} s; " +
-             ", ".join(f"{name} {value:.0f} s ({value / wall:.0%})" for name, value in phases.items()), "",
+             ", ".join(f"{name} {value:.0f} s ({value / wall:.0%})" for name, value in phases.items()),
+             *([result["error"]] if result.get("error") else []), "",
              "| variant | test loss | perplexity | exact match | token F1 | ROUGE-L | ms / generated token |",
              "|---|---|---|---|---|---|---|"]
     for name, values in (result["variants"] or {}).items():
