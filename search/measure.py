@@ -181,19 +181,20 @@ def within_limit(config: SweepConfig, plan_for, limit: float, elapsed: float) ->
     unlimited, lighter = fit_export(unlimited, lambda fitted: plan_for(fitted).export_seconds, left, _cuda_present())
     export = plan_for(unlimited).export_seconds if lighter else provisional.export_seconds
     search = left - export - LIMIT_OVERHEAD_SECONDS
-    fastest = min(c.period_seconds(config.search.eval_every_steps) for c in provisional.combinations)
-    needed = TRIAL_START_SECONDS + fastest
+    budgeted = unlimited.model_copy(update={"search": unlimited.search.model_copy(
+        update={"time_budget_minutes": max(search, 1.0) / 60})})
+    # The cadence the search's own budget plans (search/probe/cadence.py lowers a default one where it must).
+    every = (plan_for(budgeted) or provisional).eval_every_steps
+    needed = TRIAL_START_SECONDS + min(c.period_seconds(every) for c in provisional.combinations)
     if search < needed:
         raise SweepFileError(
             f"search.time_limit {config.search.time_limit}: the data and the probe took {elapsed:.0f} s and the export "
             f"is predicted to take {export:.0f} s (with {LIMIT_OVERHEAD_SECONDS:.0f} s for Ray and the records), "
             f"which leaves {max(search, 0):.0f} s for the search, but one trial needs {needed:.0f} s to start and "
-            f"reach its first evaluation ({config.search.eval_every_steps} steps of the fastest combination). Raise "
+            f"reach its first evaluation ({every} steps of the fastest combination). Raise "
             f"the limit to at least {elapsed + export + LIMIT_OVERHEAD_SECONDS + needed:.0f}s, or make a step "
             "cheaper (a shorter data.max_seq_len, a smaller search.eval_every_steps, fewer export.quantization "
             "variants); the data and the probe are cached, so a second run starts faster.")
-    budgeted = unlimited.model_copy(update={"search": unlimited.search.model_copy(
-        update={"time_budget_minutes": search / 60})})
     division = (f"the time limit {config.search.time_limit} ({limit:.0f} s) divided: data and probe {elapsed:.0f} s, "
                 f"search {search:.0f} s, export {export:.0f} s (predicted), Ray and the records {LIMIT_OVERHEAD_SECONDS:.0f} s"
                 + (f"; {lighter}" if lighter else ""))

@@ -25,6 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from finesweep.search.probe.cadence import planned_cadence
 from finesweep.search.probe.exploit_share import auto_share, leaving_a_first_evaluation
 from finesweep.search.probe.export_time import export_seconds
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
@@ -332,6 +333,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     if search.exploit.share == "auto" and search.time_budget_minutes:
         share, auto_note = auto_share(combinations, search.time_budget_minutes * 60, train_rows)
         search = search.model_copy(update={"exploit": search.exploit.model_copy(update={"share": share})})
+    search, cadence_notes = planned_cadence(search, combinations, TRIAL_START_SECONDS)
     if search.time_budget_minutes:
         first = TRIAL_START_SECONDS + max(c.period_seconds(search.eval_every_steps) for c in combinations)
         search, lowered = leaving_a_first_evaluation(search, first)
@@ -349,7 +351,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                       export_seconds(config, combinations, test_rows, seq_len, export_timed_on_cpu_too,
                                      export_thread_ratio),
                       Simulated(0.0, 0, 0, 0, 0),
-                      schedule.notes, schedule.period_seconds, per_evaluation)
+                      cadence_notes + schedule.notes, schedule.period_seconds, per_evaluation)
     lanes = [Lane(plan.period(c), round(plan.steps_per_evaluation(c))) for c in combinations]
     asha = search.asha if search.scheduler == "asha" else None
     milestones = asha_milestones(plan.evaluations, asha.grace_period, asha.reduction_factor) if asha else None
@@ -392,9 +394,9 @@ def _budget_words(config: SweepConfig) -> str:
 
 
 def apply(config: SweepConfig, plan: SearchPlan) -> SweepConfig:
-    """The config with the planned trial length and number of trials."""
+    """The config with the planned trial length, evaluation cadence and number of trials."""
     exploit = config.search.exploit.model_copy(update={"share": plan.exploit_share}) \
         if plan.exploit_share is not None else config.search.exploit
     search = config.search.model_copy(update={"max_steps": plan.max_steps, "num_trials": plan.num_trials,
-                                              "exploit": exploit})
+                                              "eval_every_steps": plan.eval_every_steps, "exploit": exploit})
     return config.model_copy(update={"search": search})

@@ -440,3 +440,20 @@ def test_the_export_scores_at_full_precisions_measured_speed_where_the_probe_tim
     assert scoring(half) == pytest.approx(scoring(full) / 2)  # no fp32 measured: the fastest there is
     shallow = combination("b|fp32|full", 100.0)
     assert scoring(full, half, shallow) == pytest.approx(scoring(full)), "the slowest candidate's: it may win"
+
+
+def test_a_default_cadence_too_slow_for_two_evaluations_in_the_trials_share_is_lowered_and_said():
+    """The plainly written LLM file: 50 steps between evaluations cost its slowest combination 434 s; under a time
+    budget a default eval_every_steps comes down until a trial of the slowest evaluates twice in the trials' share
+    (a number the file writes other than the default stands)."""
+    probes = {"big": probe("big", "fp32", 2.0)}  # 12 s a step at the mean effective batch of 24, 2 s an evaluation
+    plan = _plan(_config(time_budget_minutes=5, exploit={"share": 0.5}), probes)
+    # The trials' 150 s: (150 - start) / 2 - 2 s of evaluation leaves room for a few 12 s steps, not 50.
+    assert 1 <= plan.eval_every_steps < 50 and any("search.eval_every_steps 50 ->" in n for n in plan.notes)
+    big = plan.combinations[0]
+    assert planning.TRIAL_START_SECONDS + 2 * big.period_seconds(plan.eval_every_steps) <= 150
+    assert planning.apply(_config(time_budget_minutes=5), plan).search.eval_every_steps == plan.eval_every_steps
+    kept = _plan(_config(time_budget_minutes=5, exploit={"share": 0.5}, eval_every_steps=40), probes)
+    assert kept.eval_every_steps == 40, "a number the file writes stands"
+    roomy = _plan(_config(time_budget_minutes=500, exploit={"share": 0.5}), probes)
+    assert roomy.eval_every_steps == 50 and not any("eval_every_steps" in n for n in roomy.notes)
