@@ -214,8 +214,8 @@ def test_probe_all_caches_by_what_the_answer_depends_on(tmp_path, monkeypatch):
     assert [len(w.batches) > 0 for w in workers] == [True, False, True, True]
 
 
-def test_a_later_sweep_on_this_machine_reuses_the_probe_unless_the_model_files_or_threads_changed(tmp_path, monkeypatch):
-    """The machine's cache is shared by every sweep; each sweep folder keeps a record of the answers it used."""
+def _scripted_probe_processes(monkeypatch) -> list[ScriptedWorker]:
+    """probe_all's probe processes replaced by scripted ones (1 s a step) on a quiet machine, kept for the test."""
     workers: list[ScriptedWorker] = []
 
     def new_worker(device, threads):
@@ -224,6 +224,12 @@ def test_a_later_sweep_on_this_machine_reuses_the_probe_unless_the_model_files_o
 
     monkeypatch.setattr(probe_module, "ProbeWorker", new_worker)
     monkeypatch.setattr(probe_module, "busy_cores", lambda: 0.0)
+    return workers
+
+
+def test_a_later_sweep_on_this_machine_reuses_the_probe_unless_the_model_files_or_threads_changed(tmp_path, monkeypatch):
+    """The machine's cache is shared by every sweep; each sweep folder keeps a record of the answers it used."""
+    workers = _scripted_probe_processes(monkeypatch)
     model = tmp_path / "model"
     model.mkdir()
     (model / "model.safetensors").write_bytes(b"weights")
@@ -252,14 +258,7 @@ def test_a_time_limits_probe_share_ends_each_search_at_its_last_fit_and_leaves_a
     time; its search stops at the seed that fit, trying no larger micro-batch, recompute plan or evaluation batch;
     bf16's turn, once the time is spent, is not measured (steer removes it); a cut-short answer is not cached for
     a later sweep that has the time to measure it all."""
-    workers: list[ScriptedWorker] = []
-
-    def new_worker(device, threads):
-        workers.append(ScriptedWorker(linear, seconds=lambda b: 1.0))
-        return workers[-1]
-
-    monkeypatch.setattr(probe_module, "ProbeWorker", new_worker)
-    monkeypatch.setattr(probe_module, "busy_cores", lambda: 0.0)
+    workers = _scripted_probe_processes(monkeypatch)
     config = SweepConfig.model_validate({**yaml.safe_load(CONFIG % "fastest"),
                                          "resources": {"memory_budget": "300MiB", "gradient_checkpointing": "auto"}})
     machine = tmp_path / "machine.json"
