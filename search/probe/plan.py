@@ -335,8 +335,8 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
         search = search.model_copy(update={"exploit": search.exploit.model_copy(update={"share": share})})
     search, cadence_notes = planned_cadence(search, combinations, TRIAL_START_SECONDS)
     if search.time_budget_minutes:
-        first = TRIAL_START_SECONDS + max(c.period_seconds(search.eval_every_steps) for c in combinations)
-        search, lowered = leaving_a_first_evaluation(search, first)
+        search, lowered = leaving_a_first_evaluation(
+            search, TRIAL_START_SECONDS + max(c.period_seconds(search.eval_every_steps) for c in combinations))
         auto_note += lowered
     time_budget = search.exploration_seconds  # the trials' share: the rest trains the winner (search.exploit)
     schedule = Schedule(search.max_steps // search.eval_every_steps)
@@ -385,11 +385,8 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
 
 def _budget_words(config: SweepConfig) -> str:
     search = config.search
-    parts = []
-    if search.time_budget_minutes:
-        parts.append(f"{search.time_budget_minutes:g} minutes")
-    if search.step_budget:
-        parts.append(f"{search.step_budget} steps")
+    parts = [f"{search.time_budget_minutes:g} minutes"] if search.time_budget_minutes else []
+    parts += [f"{search.step_budget} steps"] if search.step_budget else []
     return " and ".join(parts) or "none"
 
 
