@@ -103,6 +103,15 @@ export: {{quantization: {quantization}, register_model: false}}
 """
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def python_path(*first: Path) -> str:
+    """PYTHONPATH for a subprocess: `first`, the repository, then what the environment already had there (on a GPU
+    machine, the packages unpacked beside its image's: dropping them loses pydantic and the rest)."""
+    return os.pathsep.join([*map(str, first), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def finesweep(*args: str, cwd: Path, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """The CLI as a user runs it, offline (nothing may come from the hub in tests); `env` adds variables."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}

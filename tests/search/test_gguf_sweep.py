@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests import tiny
-from tests.sweeps import causal_lm_sweep, finesweep, store
+from tests.sweeps import REPO, causal_lm_sweep, finesweep, python_path, store
 
 GGUF_SWEEP = causal_lm_sweep("tiny-gguf", 3, "chats.jsonl", f"{{name: llama, path: model, gguf_file: {tiny.TINY_GGUF_NAME}}}",
                              chat_template="turns.jinja", quantization="[int8, onnx-int8]")
@@ -36,14 +36,13 @@ def _gguf_folder(folder: Path, gguf_file: Path) -> Path:
     return folder
 
 
-REPO = Path(__file__).resolve().parents[2]
 # The optional torchao extra (scripts/setup.sh installs it there): importable, it is what peft, transformers and
 # bitsandbytes probe for, and what printed its kernels' warnings on a causal-LM sweep's console.
 TORCHAO = REPO / ".venv" / "extras" / "torchao"
 
 
 def _machine(folder: Path) -> dict[str, str]:
-    extra = {"PYTHONPATH": os.pathsep.join([str(TORCHAO), str(REPO)])} if (TORCHAO / "torchao").is_dir() else {}
+    extra = {"PYTHONPATH": python_path(TORCHAO)} if (TORCHAO / "torchao").is_dir() else {}
     return {"FINESWEEP_CACHE": str(folder / "machine-cache"), **extra}
 
 

@@ -9,15 +9,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import onnxruntime
 import pytest
 
-from finesweep.spaces import Quantization, Task
 from finesweep.trainer.serving.onnx_decoder import TOKEN_INPUTS, OnnxCausalLM
+from tests.sweeps import REPO, python_path
 
-REPO = Path(__file__).resolve().parents[3]
 # Half a minute each (the earlier transformers imported in subprocesses), for a compatibility the lock only moves
 # on a transformers upgrade: `python -m pytest -m slow tests/trainer/serving/test_onnx_decoder_versions.py` then.
 pytestmark = pytest.mark.slow
@@ -38,7 +36,7 @@ print(json.dumps({"transformers": transformers.__version__}))
 def _on_earlier_transformers(*command: str) -> subprocess.CompletedProcess:
     assert (EARLIER_FOLDER / "transformers").is_dir(), \
         f"{EARLIER_FOLDER} is missing: run scripts/setup.sh (it installs transformers {EARLIER} there)"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EARLIER_FOLDER), str(REPO)]), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": python_path(EARLIER_FOLDER), "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, *command], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
 
 

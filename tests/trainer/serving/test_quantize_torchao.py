@@ -12,11 +12,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.sweeps import REPO, python_path
+
 TORCHAO = REPO / ".venv" / "extras" / "torchao"
 
 EXPORT_SCRIPT = """
@@ -41,7 +41,7 @@ json.dump({"metrics": result.metrics, "weight_types": types}, sys.stdout)
 def _with_torchao(script: str, *args: str) -> dict:
     """`script`'s JSON report, run in a process that imports torchao from the extra's folder."""
     assert (TORCHAO / "torchao").is_dir(), f"{TORCHAO} is missing: run scripts/setup.sh (it installs the torchao extra there)"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TORCHAO), str(REPO)]), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": python_path(TORCHAO), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
