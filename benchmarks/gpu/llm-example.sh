@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The LLM example on a CUDA machine, in bf16, with GPU use sampled every half second during the whole command.
+# Usage, from the project root of an install with CUDA torch (docs/gpus-and-clusters.md):
+#   bash benchmarks/gpu/llm-example.sh [OUT_DIR]      # -> OUT_DIR/{llm.log,gpu-use.csv,gpu-use.txt,metrics.json,deploy.json}
+# The example file as its comments say to run it on a GPU: precision bf16, max_seq_len 192 (the data's p99), with
+# a short search budget (1.5 minutes) and 4 generation samples so the whole command takes about 6 minutes.
+set -euo pipefail
+out=${1:-benchmarks/gpu/out}
+mkdir -p "$out"
+sed -e 's/^  precision: \[fp32\].*/  precision: [bf16]/' -e 's/^  max_seq_len: 96.*/  max_seq_len: 192/' \
+    -e 's/^  time_budget_minutes: 7.*/  time_budget_minutes: 1.5/' -e 's/^  generation_samples: 16.*/  generation_samples: 4/' \
+    sweeps/smollm2-chat.yaml > sweeps/smollm2-gpu.yaml
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt"
+nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -lms 500 > "$out/gpu-use.csv" &
+sampler=$!
+trap 'kill $sampler 2>/dev/null; rm -f sweeps/smollm2-gpu.yaml' EXIT
+python3 -m finesweep.search.cli run sweeps/smollm2-gpu.yaml > "$out/llm.log" 2>&1 || echo "finesweep exited $?"
+kill $sampler
+cp runs/smollm2-chat/export/metrics.json runs/smollm2-chat/export/deploy.json "$out/"
+python3 benchmarks/gpu/gpu_use.py "$out/gpu-use.csv" | tee "$out/gpu-use.txt"
