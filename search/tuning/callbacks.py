@@ -1,4 +1,5 @@
-"""Tune callbacks and stoppers of a sweep: the step budget, and the recorder that closes each trial's MLflow run.
+"""Tune callbacks and stoppers of a sweep: the time and step budgets, and the recorder that closes each trial's
+MLflow run.
 
 Tune pickles both with the experiment (by module path: see moved.py for sweeps started before a move).
 """
@@ -6,6 +7,7 @@ Tune pickles both with the experiment (by module path: see moved.py for sweeps s
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -56,6 +58,35 @@ class StepBudgetStopper(Stopper):
 
     def stop_all(self) -> bool:
         return self.spent >= self.budget
+
+
+class TrialsShareStopper(Stopper):
+    """Ends the trials' share of the time budget (search.exploration_seconds) as Tune's time_budget_s does, but only
+    once some trial has reported an evaluation: trials slowed below the plan's pace (a busy machine) would otherwise
+    all stop before evaluating and leave nothing to export. It waits at most until `longest` seconds (the whole
+    search budget), taking the time from the winner's further training (exploit.py gives it what is left).
+
+    Like Tune's TimeoutStopper it counts the seconds between its calls, and a resumed sweep gets back what it had
+    spent (Tune pickles stoppers with the experiment): the downtime of a crash is not counted."""
+
+    def __init__(self, seconds: float, longest: float):
+        self.seconds, self.longest = seconds, max(seconds, longest)
+        self.spent, self.evaluated = 0.0, False
+        self._last_check: float | None = None
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _last_check=None)
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        self.evaluated = True  # a trial reports only at its evaluations
+        return False
+
+    def stop_all(self) -> bool:
+        now = time.time()
+        if self._last_check is not None:
+            self.spent += now - self._last_check
+        self._last_check = now
+        return self.spent >= self.longest or (self.evaluated and self.spent >= self.seconds)
 
 
 def budget_end_state(config: SweepConfig, results) -> str:

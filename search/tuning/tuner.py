@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE
-from finesweep.search.tuning.callbacks import STEP_LEDGER, StepBudgetStopper
+from finesweep.search.tuning.callbacks import STEP_LEDGER, StepBudgetStopper, TrialsShareStopper
 from finesweep.search.tuning.context import TrialContext
 from finesweep.search.tuning.distributed import DRIVER_RESOURCES, data_parallel_trainable
 from finesweep.search.tuning.moved import install_old_module_paths
@@ -69,6 +69,20 @@ def checkpoint_config(config: SweepConfig):
                                  checkpoint_score_attribute=CHECKPOINT_SCORE, checkpoint_score_order="max")
 
 
+def stoppers(config: SweepConfig, experiment: Path):
+    """What ends the whole search: the trials' share of the time budget (the rest trains the winner, exploit.py)
+    and the step budget, whichever comes first."""
+    from ray.tune.stopper import CombinedStopper
+
+    search = config.search
+    ends = []
+    if search.exploration_seconds is not None:
+        ends.append(TrialsShareStopper(search.exploration_seconds, search.time_budget_minutes * 60))
+    if search.step_budget:
+        ends.append(StepBudgetStopper(search.step_budget, experiment / STEP_LEDGER))
+    return CombinedStopper(*ends) if len(ends) > 1 else (ends[0] if ends else None)
+
+
 def make_tuner(config: SweepConfig, setup: TuneSetup):
     from ray import tune
 
@@ -81,7 +95,6 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         metric=BEST_SO_FAR, mode=config.search.mode,
         search_alg=make_searcher(config, setup.precisions), scheduler=make_scheduler(config),
         num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials or 1,
-        time_budget_s=config.search.exploration_seconds,  # the rest of the budget trains the winner (exploit.py)
         # A reused worker has transformers imported already: about 9 s saved per trial on a CPU machine. A data-parallel
         # trial's driver cannot be reused: Tune stops it (ASHA) while it still waits on its Ray Train run.
         reuse_actors=config.resources.workers_per_trial == 1, trial_name_creator=trial_name,
@@ -94,8 +107,6 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         # at most; diverged and out-of-memory trials end themselves, recorded and not retried (see run_trial).
         failure_config=tune.FailureConfig(max_failures=2),
         callbacks=setup.callbacks, verbose=0,
-        # Tune's own time_budget_s is a Stopper too; both end the experiment the same way, whichever fires first.
-        stop=StepBudgetStopper(config.search.step_budget, setup.storage.resolve() / setup.experiment_name / STEP_LEDGER)
-        if config.search.step_budget else None,
+        stop=stoppers(config, setup.storage.resolve() / setup.experiment_name),
     )
     return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
