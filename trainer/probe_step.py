@@ -55,6 +55,7 @@ class ProbeAttempt:
     error: str | None = None
     steps: int = 0  # steps run (forward-only ones included): the probe's cost
     mode: str = "train"
+    timed_out: bool = False  # stopped at its deadline (its process killed): nothing measured
 
     @property
     def samples_per_second(self) -> float:

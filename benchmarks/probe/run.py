@@ -62,8 +62,8 @@ class CountingWorker:
     def __init__(self, worker: ProbeWorker):
         self.worker, self.attempts, self.steps = worker, 0, 0
 
-    def attempt(self, request: ProbeRequest):
-        result = self.worker.attempt(request)
+    def attempt(self, request: ProbeRequest, timeout: float | None = None):
+        result = self.worker.attempt(request, timeout)
         self.attempts += 1
         self.steps += result.steps
         return result

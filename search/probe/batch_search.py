@@ -33,17 +33,21 @@ class MaxSearch:
     seed_prediction: int = 0  # what the memory model fitted on the seed batches predicted
     too_slow: str | None = None  # why the search stopped after its first attempt (see find_max_micro_batch)
     cut_short: bool = False  # its time (the probe's share of a time limit) ended it at the last fit
+    timed_out: bool = False  # its first attempt ran past the deadline and was stopped: nothing measured
     _stalls: int = 0
 
     @property
     def open(self) -> bool:
         return self.first_fail - self.last_fit > 1
 
-    def measure(self, batch: int) -> bool:
+    def measure(self, batch: int, timeout: float | None = None) -> bool:
         """Run one real attempt; a failure replaces the probe process so it cannot poison the next one
         (a CUDA out-of-memory error can leave memory behind; a fresh process costs about 4 s here)."""
-        attempt = self.worker.attempt(_with_batch(self.base, batch))
+        attempt = self.worker.attempt(_with_batch(self.base, batch), timeout=timeout)
         self.attempts.append(attempt)
+        if attempt.timed_out:
+            self.timed_out = True
+            return False
         if attempt.error and not attempt.out_of_memory:
             raise ProbeError(f"probe of {self.base.candidate['name']} at micro-batch {batch} failed: {attempt.error}")
         ok = _fits(attempt, self.limit)
@@ -51,9 +55,9 @@ class MaxSearch:
             self.worker.replace()
         return ok
 
-    def fits(self, batch: int) -> bool:
+    def fits(self, batch: int, timeout: float | None = None) -> bool:
         """Measure `batch` and narrow the bracket with the answer."""
-        ok = self.measure(batch)
+        ok = self.measure(batch, timeout)
         edge = batch in (self.last_fit + 1, self.first_fail - 1)
         self.last_fit, self.first_fail = (batch, self.first_fail) if ok else (self.last_fit, batch)
         # A guess at the bracket's edge that leaves it open means the model is off by more than one sample;
@@ -109,7 +113,7 @@ def predict_max_batch(attempts: list[ProbeAttempt], limit: float) -> int | None:
 
 def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int,
                          too_slow: Callable[[ProbeAttempt], str | None] | None = None,
-                         deadline: float | None = None) -> MaxSearch:
+                         deadline: float | None = None, bounded: bool = False) -> MaxSearch:
     """Largest batch in [1, cap] that fits `budget` less the margin: seed the memory model, then confirm and bisect.
     `too_slow` judges the first attempt: when it gives a reason, the search stops there (the batch fits; how much
     larger one would is not worth its minutes for a combination the space will drop).
@@ -119,13 +123,18 @@ def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int,
     one bisection at a time, until the answer is exact (or two failures show that not even one sample fits).
     Where the next attempt would end past `deadline` (time.monotonic()), the search ends at its last fit, marked
     cut_short: a smaller micro-batch than the largest that fits, measured, rather than a probe longer than its share
-    of a time limit.
+    of a time limit. `bounded`: the first attempt too is stopped at `deadline` (timed_out, nothing measured), for a
+    combination the space can do without (a reduced precision: bf16's first step on a CPU without bf16 instructions
+    took 25-34 s where fp32's took 12-15).
     """
     search = MaxSearch(worker, base, cap, budget / (1 + SAFETY_MARGIN), first_fail=cap + 1)
     for batch in sorted({min(b, cap) for b in SEED_BATCHES}):
         if search.last_fit and search.out_of_time(batch, deadline):
             break
-        if not search.fits(batch):
+        first = bounded and deadline is not None and not search.attempts
+        if not search.fits(batch, deadline - time.monotonic() if first else None):
+            if search.timed_out:
+                return search
             break
         if too_slow is not None and len(search.attempts) == 1:
             search.too_slow = too_slow(search.attempts[0])

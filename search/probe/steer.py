@@ -52,7 +52,8 @@ def unmeasured_precisions(probes: dict[str, ProbeResult]) -> list[Removal]:
     and always): without a speed or a micro-batch a trial cannot be planned."""
     missed = sorted({r.precision for r in probes.values() if r.not_measured})
     return [Removal("precision", precision, "not measured: the probe's share of search.time_limit was spent before "
-                    "its turn (fp32's combinations come first)") for precision in missed]
+                    "its turn, or its first step outlasted its part of it (fp32's combinations come first)")
+            for precision in missed]
 
 
 def dominated_precisions(probes: dict[str, ProbeResult]) -> list[Removal]:

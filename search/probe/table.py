@@ -129,6 +129,7 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
                                                                                    seq_len, device, prober.budget)
                 continue
             prober.deadline = None if end is None else time.monotonic() + (end - time.monotonic()) / (len(turns) - index)
+            prober.bounded = precision != ordered[0]  # fp32's combinations are measured whatever they take
             base = ProbeRequest(candidate=config.candidate(model).model_dump(), task=config.data.task.value,
                                 num_labels=num_labels, precision=precision, method=method, seq_len=seq_len,
                                 batch=cap, trust_remote_code=config.trust_remote_code)
@@ -161,6 +162,7 @@ class _CachedProber:
     record_file: Path | None = None  # the sweep's own copy of the answers it used (cache_file is the machine's)
     full_precision: dict[tuple[str, str, int], float] = field(default_factory=dict)  # (model, method, batch) -> fp32's
     deadline: float | None = None  # time.monotonic() by which the combination now probed ends (see probe_all)
+    bounded: bool = False  # its first attempt too ends at the deadline (a reduced precision's: see probe_all)
 
     def measure(self, base: ProbeRequest, checkpointing: bool) -> ProbeResult:
         request = replace(base, gradient_checkpointing=checkpointing)
@@ -171,9 +173,9 @@ class _CachedProber:
         if not reused:
             result = _probe_one(self.worker, request, request.candidate["name"], self.cap, self.budget, self.device,
                                 functools.partial(self.too_slow, precision=request.precision, method=request.method),
-                                self.deadline)
+                                self.deadline, self.bounded)
             entry = asdict(replace(result, busy_cores=busy))
-            if not result.cut_short:  # a later sweep with the time to measure it all should
+            if not (result.cut_short or result.not_measured):  # a later sweep with the time to measure it all should
                 _add_to_cache(self.cache_file, fingerprint, entry)
         if self.record_file is not None:
             _add_to_cache(self.record_file, fingerprint, entry)
@@ -233,7 +235,7 @@ def checkpointing_plan(measured: Callable[[bool], ProbeResult], setting: str, ca
     if setting != "auto":
         return measured(setting == "on")
     plain = measured(False)
-    if plain.max_micro_batch >= cap or plain.too_slow or plain.cut_short:
+    if plain.max_micro_batch >= cap or plain.too_slow or plain.cut_short or plain.not_measured:
         # One micro-batch holds the largest effective batch, the space drops this combination, or the time limit
         # ended the search before memory said anything against larger micro-batches.
         return plain
@@ -264,10 +266,15 @@ def static_bytes(result: ProbeResult) -> float | None:
 
 def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, budget: int, device: Device,
                too_slow: Callable[[ProbeAttempt, str], str | None] | None = None,
-               deadline: float | None = None) -> ProbeResult:
+               deadline: float | None = None, bounded: bool = False) -> ProbeResult:
     started = time.perf_counter()
     search = find_max_micro_batch(worker, base, cap, budget,
-                                  functools.partial(too_slow, model=model) if too_slow else None, deadline)
+                                  functools.partial(too_slow, model=model) if too_slow else None, deadline, bounded)
+    if search.timed_out:
+        log.info("probe %s %s %s: its first attempt ran past its share of the time limit and was stopped", model,
+                 base.precision, base.method)
+        return replace(_not_measured(model, base.precision, base.method, base.seq_len, device, budget),
+                       attempts=[asdict(a) for a in search.attempts], seconds=time.perf_counter() - started)
     top, search_attempts = search.last_fit, len(search.attempts)
     if search.too_slow or search.cut_short:
         reason = (f"too slow: {search.too_slow}" if search.too_slow else

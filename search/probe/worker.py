@@ -20,10 +20,15 @@ class ProbeWorker:
         self._process = None
         self._connection = None
 
-    def attempt(self, request: ProbeRequest) -> ProbeAttempt:
+    def attempt(self, request: ProbeRequest, timeout: float | None = None) -> ProbeAttempt:
+        """One attempt; past `timeout` seconds its process is killed and the attempt says it timed out."""
         if self._process is None:
             self._start()
         self._connection.send(asdict(request))
+        if timeout is not None and not self._connection.poll(max(0.0, timeout)):
+            self._process.kill()  # mid-step: it would not read a request to stop
+            self.close()
+            return ProbeAttempt(request.batch, 0, 0.0, timed_out=True)
         try:
             return ProbeAttempt(**self._connection.recv())
         except (EOFError, ConnectionResetError):

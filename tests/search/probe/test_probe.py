@@ -31,8 +31,10 @@ class ScriptedWorker:
         self.batches: list[int] = []
         self.replaced = 0
 
-    def attempt(self, request: ProbeRequest) -> ProbeAttempt:
+    def attempt(self, request: ProbeRequest, timeout: float | None = None) -> ProbeAttempt:
         self.batches.append(request.batch)
+        if timeout is not None and 2 * self.seconds(request.batch) > timeout:  # the real worker kills it there
+            return ProbeAttempt(request.batch, 0, 0.0, timed_out=True)
         peak = self.peak(request.batch) // (3 if request.mode == "eval" else 1)
         if self.cuda and peak > self.budget:  # a real CUDA OOM: no meaningful peak, nothing timed
             return ProbeAttempt(request.batch, 0, 0.0, out_of_memory=True, steps=2, mode=request.mode)
@@ -108,6 +110,11 @@ def test_an_attempt_that_would_end_past_the_deadline_is_not_started():
     assert (worker.batches, search.last_fit, search.cut_short) == ([4], 4, True)
     roomy = find_max_micro_batch(ScriptedWorker(linear), request(), 64, 1000 * MB, deadline=time.monotonic() + 60)
     assert (roomy.last_fit, roomy.cut_short) == (64, False)
+    slow = ScriptedWorker(linear, seconds=lambda b: 10.0)  # a reduced precision's first step, 20 s to the deadline's 1
+    search = find_max_micro_batch(slow, request(), 64, 1000 * MB, deadline=time.monotonic() + 1, bounded=True)
+    assert (slow.batches, search.timed_out, search.last_fit) == ([4], True, 0), "stopped, not waited for"
+    search = find_max_micro_batch(slow, request(), 64, 1000 * MB, deadline=time.monotonic() + 1)
+    assert (search.timed_out, search.last_fit, search.cut_short) == (False, 4, True), "unbounded: measured anyway"
     failing = ScriptedWorker(linear)  # nothing fits yet: the deadline does not stop the search for a first fit
     assert find_max_micro_batch(failing, request(), 64, 110 * MB, deadline=time.monotonic()).last_fit == 0
     assert failing.batches == [4, 2], "batch 2 tried past the deadline; then the two failures end it"
@@ -132,7 +139,7 @@ def test_the_memory_model_interpolates_across_the_bracket():
 
 def test_a_probe_that_breaks_for_another_reason_than_memory_is_an_error():
     class Broken(ScriptedWorker):
-        def attempt(self, req):
+        def attempt(self, req, timeout=None):
             return ProbeAttempt(req.batch, 0, 0.0, error="ValueError: bad model")
 
     with pytest.raises(ProbeError, match="bad model"):
@@ -271,6 +278,10 @@ def test_a_time_limits_probe_share_ends_each_search_at_its_last_fit_and_leaves_a
     assert not machine.exists() and json.loads((tmp_path / "record.json").read_text()), "recorded, not cached"
     removed = unmeasured_precisions(results)
     assert [(r.dimension, r.value) for r in removed] == [("precision", "bf16")] and "time_limit" in removed[0].reason
+    late = probe_all(config, Device("cpu", "test-cpu", 8 * 2**30), ["fp32", "bf16"], 32, 2, machine, seconds=1.0)
+    bf16 = late["m|bf16|full"]  # its turn came in time, but its first attempt (2 s) outlasted its part (1 s)
+    assert bf16.not_measured and [a["timed_out"] for a in bf16.attempts] == [True] and not machine.exists()
+    assert late["m|fp32|full"].max_micro_batch == 4, "fp32's first attempt is never stopped"
     roomy = probe_all(config, Device("cpu", "test-cpu", 8 * 2**30), ["fp32", "bf16"], 32, 2, machine, seconds=600)
     assert not any(r.cut_short or r.not_measured for r in roomy.values()) and roomy["m|fp32|full"].max_micro_batch > 4
 
@@ -315,7 +326,9 @@ def test_real_probe_process_measures_peak_memory_and_finds_the_exact_budget_limi
     base = ProbeRequest(candidate=ModelCandidate(name="t", path=str(tiny_classifier)).model_dump(),
                         task="classification", num_labels=3, precision="fp32", method="full", seq_len=128, batch=1)
     try:
-        small = worker.attempt(base)
+        stopped = worker.attempt(base, timeout=0.0)  # the process is still starting: killed, nothing measured
+        assert stopped.timed_out and stopped.peak_bytes == 0
+        small = worker.attempt(base)  # a fresh process
         large = worker.attempt(ProbeRequest(**{**asdict(base), "batch": 256}))
         evaluation = worker.attempt(ProbeRequest(**{**asdict(base), "batch": 256, "mode": "eval"}))
         assert small.error is None and large.error is None and evaluation.error is None

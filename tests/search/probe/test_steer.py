@@ -79,7 +79,7 @@ class _TimedWorker:
     def __init__(self, seconds_per_sample: dict[str, float]):
         self.seconds_per_sample, self.asked = seconds_per_sample, []
 
-    def attempt(self, request):
+    def attempt(self, request, timeout=None):
         from finesweep.trainer.probe_step import ProbeAttempt
 
         self.asked.append((request.precision, request.batch, request.mode))
