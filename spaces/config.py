@@ -141,6 +141,14 @@ class FloatRange(Section):
 DEFAULT_LEARNING_RATES = {"full": (1e-5, 2e-4), "lora": (5e-5, 1e-3), "qlora": (5e-5, 1e-3)}
 
 
+# Effective batches searched where the space is silent, by task. A classifier: BERT's fine-tuning recipe (16, 32).
+# A causal LM: 8 is what TRL's SFTTrainer (the Trainer's per_device_train_batch_size), LLaMA-Factory's LoRA SFT
+# examples (1 x 8 accumulation) and Axolotl's (2 x 4) train with, and 16 one step up; larger costs a 2-core CPU
+# 18-36 s a step on the 135M-parameter example, so a short sweep would train a handful of steps.
+CLASSIFIER_EFFECTIVE_BATCHES = (16, 32)
+CAUSAL_LM_EFFECTIVE_BATCHES = (8, 16)
+
+
 def default_learning_rate(methods: list[str]) -> FloatRange:
     """The log-uniform range that covers every method's DEFAULT_LEARNING_RATES (full fine-tuning's when none)."""
     ranges = [DEFAULT_LEARNING_RATES[m] for m in methods if m in DEFAULT_LEARNING_RATES] or [DEFAULT_LEARNING_RATES["full"]]
@@ -158,7 +166,7 @@ class SpaceConfig(Section):
     """The search space. A list is a categorical choice; {low, high} a range; a plain value is fixed."""
 
     learning_rate: FloatDim = Field(default_factory=_default_lr, description="Peak learning rate. Unset = a log-uniform range by method (full: 1e-5..2e-4, around the Trainer's 5e-5 and BERT's 2e-5..5e-5; lora, qlora: 5e-5..1e-3, around QLoRA's and peft's 2e-4; several methods: their union; sources in spaces/config.py).")
-    effective_batch_size: list[Annotated[int, Field(ge=1)]] = Field([16, 32], min_length=1, description="Samples per optimizer step; the probe picks the micro-batch.")
+    effective_batch_size: list[Annotated[int, Field(ge=1)]] = Field(list(CLASSIFIER_EFFECTIVE_BATCHES), min_length=1, description="Samples per optimizer step; the probe picks the micro-batch. Unset: [16, 32] for a classifier (BERT's fine-tuning batch sizes), [8, 16] for a causal LM (8: what TRL's SFTTrainer, LLaMA-Factory's and Axolotl's LoRA examples train with; sources in spaces/config.py).")
     precision: list[Precision] = Field([Precision.fp32, Precision.bf16], min_length=1, description="Training precisions to try.")
     model: list[str] | None = Field(None, description="Candidate names to try; unset = every entry of `models`.")
     method: list[Method] = Field([Method.full], min_length=1, description="full fine-tuning, lora, and/or qlora (LoRA on the base loaded in 4-bit NF4 with double quantization, computing in the trial's precision; bitsandbytes).")
@@ -267,6 +275,18 @@ class SweepConfig(Section):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _effective_batch_by_task(cls, data: Any) -> Any:
+        """A causal LM's space without effective_batch_size searches CAUSAL_LM_EFFECTIVE_BATCHES (a dumped config,
+        as a resume reads, names the field and keeps it)."""
+        section, space = (data.get("data"), data.get("space", {})) if isinstance(data, dict) else (None, None)
+        task = section.get("task") if isinstance(section, dict) else getattr(section, "task", None)
+        if getattr(task, "value", task) != Task.causal_lm.value or not isinstance(space, dict) \
+                or "effective_batch_size" in space:
+            return data
+        return {**data, "space": {**space, "effective_batch_size": list(CAUSAL_LM_EFFECTIVE_BATCHES)}}
 
     @model_validator(mode="after")
     def _space_names_models(self) -> "SweepConfig":

@@ -155,6 +155,20 @@ def test_a_learning_rate_the_user_sets_is_kept_and_dumped_as_resolved():
     assert again.learning_rate == FloatRange(low=5e-5, high=1e-3, log=True)
 
 
+def test_a_space_without_effective_batches_searches_its_tasks_default():
+    """A classifier: BERT's 16 and 32. A causal LM: 8 (TRL's, LLaMA-Factory's and Axolotl's recipes) and 16."""
+    def batches(task: str, space: dict) -> list[int]:
+        config = SweepConfig.model_validate({"name": "s", "data": {"path": "d.jsonl", "task": task},
+                                             "models": [{"name": "m", "path": "x"}], "space": space})
+        again = SweepConfig.model_validate(config.model_dump(mode="json"))  # as a resume reads it back
+        assert again.space.effective_batch_size == config.space.effective_batch_size
+        return config.space.effective_batch_size
+
+    assert batches("classification", {}) == [16, 32]
+    assert batches("causal_lm", {}) == [8, 16]
+    assert batches("causal_lm", {"effective_batch_size": [32]}) == [32], "what the user writes stands"
+
+
 @pytest.mark.parametrize("text,expected", [("6GiB", 6 * 2**30), ("500MB", 500 * 10**6), ("1.5 GiB", int(1.5 * 2**30)), ("1024", 1024)])
 def test_byte_sizes(text, expected):
     assert parse_bytes(text) == expected
