@@ -215,13 +215,14 @@ def saved_checkpoints_of_running_trials(sweep_dir: Path) -> dict[Path, str]:
     return named
 
 
-def crash_when(process: subprocess.Popen, ready: Callable[[], Any], moment: str, timeout: float = 300) -> Any:
-    """Crash the sweep (crash_sweep) as soon as `ready()` returns something true, and return it; `moment` names it
-    for the failure when the sweep ends first or it never comes."""
+def crash_when(process: subprocess.Popen, ready: Callable[[], Any], moment: str, timeout: float = 300,
+               crash: Callable[[subprocess.Popen], None] | None = None) -> Any:
+    """Crash the sweep (`crash`, by default crash_sweep) as soon as `ready()` returns something true, and return it;
+    `moment` names it for the failure when the sweep ends first or it never comes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if found := ready():
-            crash_sweep(process)
+            (crash or crash_sweep)(process)
             return found
         assert process.poll() is None, f"the sweep ended before {moment}"
         time.sleep(0.3)

@@ -1,13 +1,16 @@
-"""A local Ray listens on loopback only; a cluster or tracking server that does not answer is a clear error."""
+"""A local Ray listens on loopback only; a cluster or tracking server that does not answer is a clear error; a
+SIGTERM ends the command and its processes."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
-from tests.sweeps import SWEEP, finesweep, free_port
+from tests import tiny
+from tests.sweeps import SWEEP, crash_when, finesweep, free_port
 
 LISTENING = """
 import ipaddress, json, psutil
@@ -51,3 +54,24 @@ def test_status_with_the_tracking_server_down_is_a_clear_error(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert url in done.stderr and "Start the tracking server" in done.stderr
+
+
+def test_sigterm_during_the_probe_ends_the_command_with_143_and_leaves_no_probe_process(tmp_path):
+    """A scheduler's stop (SIGTERM) mid-probe: the command says how to go on and exits 143 (Python's default: -15 and
+    not a word), and the probe's process ends with it."""
+    import psutil
+
+    tiny.classification_folder(tmp_path, SWEEP)
+    process = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"], cwd=tmp_path,
+                               env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+
+    def probe_process():
+        return next((child for child in psutil.Process(process.pid).children()
+                     if "spawn_main" in " ".join(child.cmdline())), None)
+
+    probe = crash_when(process, probe_process, "the probe", timeout=120, crash=lambda p: p.send_signal(signal.SIGTERM))
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143 and "Traceback" not in stderr, stderr[-3000:]
+    assert "stopped by SIGTERM: `finesweep resume sweep.yaml`" in stderr
+    probe.wait(timeout=15)  # psutil.TimeoutExpired if it outlived the command
