@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from finesweep.trainer.models import TrainingSetup
 
 _WARMUP_STEPS = 1  # the first step allocates optimizer state and warms kernels: measured for memory, never timed
+# A causal LM's greedy decoding, timed at batch 1 from a short random prompt: the export's answers and decode timing
+# cost this per token. No formula over the training speed predicts it: a decode step reads every weight for one token
+# (SmolLM2-135M on 2 cores: 37.6 ms a token, where 8x a batched token's share of a forward pass said 8).
+DECODE_PROBE_TOKENS = 16  # half the export's DECODE_TOKENS: about a second on 2 cores
+DECODE_PROMPT_TOKENS = 48  # a short chat turn
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,7 @@ class ProbeRequest:
     trust_remote_code: bool = False
     lora_r: int = 8
     gradient_checkpointing: bool = False
-    mode: str = "train"  # "train": forward+backward+AdamW; "eval": one forward under no_grad
+    mode: str = "train"  # "train": forward+backward+AdamW; "eval": one forward under no_grad; "decode": greedy tokens
     timed_steps: int = 1  # train steps timed after the warm-up one (the median is reported)
 
 
@@ -161,9 +166,10 @@ def run_attempt(request: ProbeRequest, cache: _ModelCache, gauge: MemoryGauge, d
 
     model = cache.get(request, device)
     steps = _WARMUP_STEPS + request.timed_steps if request.mode == "train" else 1
+    run = {"train": _train_steps, "eval": _eval_step, "decode": _decode_seconds_per_token}[request.mode]
     gauge.reset()
     try:
-        seconds = _train_steps(model, request, device) if request.mode == "train" else _eval_step(model, request, device)
+        seconds = run(model, request, device)
     except torch.OutOfMemoryError:
         return ProbeAttempt(request.batch, gauge.peak(), 0.0, out_of_memory=True, steps=steps, mode=request.mode)
     return ProbeAttempt(request.batch, gauge.peak(), seconds, steps=steps, mode=request.mode)
@@ -214,6 +220,28 @@ def _eval_step(model, request: ProbeRequest, device: str) -> float:
     finally:
         del inputs
     return time.perf_counter() - start
+
+
+def _decode_seconds_per_token(model, request: ProbeRequest, device: str) -> float:
+    """Seconds per generated token of greedy decoding at batch 1 with the key/value cache, its prefill spread over
+    the tokens as the export's decode timing counts it (trainer/serving/generate.decode_speed); after one untimed
+    token (kernels, the cache's first allocation)."""
+    import torch
+
+    model.eval()
+    vocab = model.config.get_text_config().vocab_size
+    prompt = torch.randint(0, vocab, (1, min(DECODE_PROMPT_TOKENS, request.seq_len)), device=device)
+
+    def generate(tokens: int) -> None:
+        with torch.inference_mode(), _autocast(request, device):
+            model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False, num_beams=1,
+                           max_new_tokens=tokens, min_new_tokens=tokens, pad_token_id=0)
+        _synchronize(device)
+
+    generate(1)
+    start = time.perf_counter()
+    generate(DECODE_PROBE_TOKENS)
+    return (time.perf_counter() - start) / DECODE_PROBE_TOKENS
 
 
 def _synchronize(device: str) -> None:

@@ -7,8 +7,8 @@ them, which on a CPU is slower than full precision (0.57x its decode speed there
 where the predicted export exceeds EXPORT_SHARE of what the limit leaves after the data and the probe: first the
 bitsandbytes variants leave a default export list on a machine without CUDA (a list the sweep file names is kept),
 then a causal LM's generated answers shrink to what fits (at least MIN_ANSWERS while any fit), and if it still does
-not fit, a default list's other variants go too (a causal LM's ONNX graph alone is planned at 180 s on 2 cores).
-The plan says what changed. Pure: the export's estimate comes from the `estimate` given.
+not fit, a default list's other variants go too (a causal LM's ONNX graph alone is planned at 180 s on 2 cores) and
+the answers are fitted again for the full-precision model alone. The plan says what changed. Pure: the export's estimate comes from the `estimate` given.
 """
 
 from __future__ import annotations
@@ -46,26 +46,37 @@ def fit_export(config: SweepConfig, estimate: Callable[[SweepConfig], float], se
             changes.append(f"{left_out} left out of the default export.quantization (bitsandbytes: slower than full "
                            "precision on a CPU)")
     answers = export.generation_samples if config.data.task == Task.causal_lm else 0
-    if answers:
-        with_all = estimate(_with_export(config, export))
-        without = estimate(_with_export(config, export.model_copy(update={"generation_samples": 0})))
-        per_answer = (with_all - without) / answers
-        fits = min(answers, math.floor((cap - without) / per_answer)) if per_answer > 0 else answers
-        fits = fits if fits >= MIN_ANSWERS else 0
-        if fits < answers:
-            export = export.model_copy(update={"generation_samples": fits})
-            changes.append(f"export.generation_samples {answers} -> {fits}")
-    if default_list and export.quantization != [Quantization.none] and estimate(_with_export(config, export)) > cap:
+    fits = _answers_that_fit(config, export, estimate, cap, answers)
+    if default_list and export.quantization != [Quantization.none] and \
+            estimate(_with_export(config, export.model_copy(update={"generation_samples": fits}))) > cap:
         dropped = ", ".join(q.value for q in export.quantization if q != Quantization.none)
         export = export.model_copy(update={"quantization": [Quantization.none]})
         changes.append(f"{dropped} left out too (the full-precision model alone: `finesweep export SWEEP --quantize "
                        f"{dropped.replace(', ', ',')}` makes them after the run; naming them in export.quantization "
                        "keeps them in it)")
+        fits = _answers_that_fit(config, export, estimate, cap, answers)  # one variant answers: more of them fit
+    if fits < answers:
+        export = export.model_copy(update={"generation_samples": fits})
+        changes.append(f"export.generation_samples {answers} -> {fits}")
     if not changes:
         return config, None
     fitted = _with_export(config, export)
     return fitted, (f"the export, predicted at {predicted:.0f} s, is kept near a third of the {seconds_left:.0f} s "
                     f"the limit leaves ({estimate(fitted):.0f} s now): " + "; ".join(changes))
+
+
+def _answers_that_fit(config: SweepConfig, export, estimate: Callable[[SweepConfig], float], cap: float,
+                      answers: int) -> int:
+    """How many of `answers` generated answers keep the export's estimate within `cap` (none below MIN_ANSWERS)."""
+    if not answers:
+        return 0
+    def with_answers(count: int) -> float:
+        return estimate(_with_export(config, export.model_copy(update={"generation_samples": count})))
+
+    without = with_answers(0)
+    per_answer = (with_answers(answers) - without) / answers
+    fits = min(answers, math.floor((cap - without) / per_answer)) if per_answer > 0 else answers
+    return fits if fits >= MIN_ANSWERS else 0
 
 
 def _with_export(config: SweepConfig, export) -> SweepConfig:

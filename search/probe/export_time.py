@@ -30,8 +30,9 @@ VARIANT_SLOWDOWN = {"none": 1.0, "int8": 2.0, "nf4": 2.0, "torchao-int8": 1.0, "
 ONNX_EXPORT_SECONDS = {"classification": 8.0, "causal_lm": 180.0}
 # A row at batch 1 (latency-bound) against a row of a batched pass: 1.26 measured on MiniLM, full precision.
 BATCH1_COST = 1.5
-# One generated token (batch 1, cached keys and values) against one token of a batched forward pass: a decode step
-# is latency-bound, so it costs several tokens' worth of a batched forward (7 measured on SmolLM2-135M, CPU).
+# One generated token (batch 1, cached keys and values) against one token of a batched forward pass, where the probe
+# did not time decoding (an older machine cache): a decode step is latency-bound, several tokens' worth of a batched
+# forward (7 measured on SmolLM2-135M on one CPU; 37 on another, so the probe now times it).
 DECODE_TOKEN_COST = 8.0
 # The speed passes of a variant timed on a CPU the probe never measured (a GPU machine times every variant on its
 # CPU too): each of its shapes at most SPEED_SECONDS of timing after an untimed pass, taken as that bound.
@@ -52,17 +53,19 @@ def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], te
     eval_speed = _full_precision_speed(combinations) * min(max(thread_ratio, 1.0), EXPORT_THREADS_CAP)
     row_seconds = 1.0 / eval_speed
     task = config.data.task.value
+    token_seconds = _decode_seconds(combinations) or DECODE_TOKEN_COST * row_seconds / seq_len
     seconds = _reference_passes(config, test_rows * row_seconds)
     for variant in variants:
         slowdown = VARIANT_SLOWDOWN.get(variant, 2.0)
-        seconds += EXPORT_FIXED_SECONDS + slowdown * (test_rows * row_seconds + speed_pass_seconds(row_seconds, seq_len, task))
+        seconds += EXPORT_FIXED_SECONDS + slowdown * (test_rows * row_seconds
+                                                      + speed_pass_seconds(row_seconds, seq_len, task, token_seconds))
         seconds += CPU_TIMING_SECONDS * timed_on_cpu_too
         if variant == "onnx-int8":
             seconds += ONNX_EXPORT_SECONDS[task]
         if task == "causal_lm":
             answers = min(config.export.generation_samples, test_rows)
             new_tokens = seq_len // 2  # a reply is about half a row
-            seconds += slowdown * answers * new_tokens * _token_seconds(row_seconds, seq_len)
+            seconds += slowdown * answers * new_tokens * token_seconds
     return seconds
 
 
@@ -71,21 +74,26 @@ def _full_precision_speed(combinations: list[CombinationTimes]) -> float:
     (bf16's is 1.5x faster on an AVX-512 bf16 CPU): the winner may be any candidate, and a time limit is a bound (a
     3-layer candidate's speed made the estimate 35 s where the 6-layer winner's export took 64). Per candidate the
     fastest of its precisions where fp32 was not measured."""
+    return min(max(c.eval_samples_per_second for c in kept) for kept in _by_model_in_fp32(combinations))
+
+
+def _by_model_in_fp32(combinations: list[CombinationTimes]) -> list[list[CombinationTimes]]:
+    """Per candidate model its fp32 combinations (all of them where fp32 was not measured)."""
     by_model: dict[str, list[CombinationTimes]] = {}
     for times in combinations:
         by_model.setdefault(times.key.split("|")[0], []).append(times)
-    return min(max(c.eval_samples_per_second for c in ([c for c in kept if c.key.split("|")[1:2] == ["fp32"]] or kept))
-               for kept in by_model.values())
+    return [[c for c in kept if c.key.split("|")[1:2] == ["fp32"]] or kept for kept in by_model.values()]
 
 
-def speed_pass_seconds(row_seconds: float, seq_len: int, task: str) -> float:
+def speed_pass_seconds(row_seconds: float, seq_len: int, task: str, token_seconds: float | None = None) -> float:
     """trainer/serving/evaluate.py's serving speed (SPEED_ROWS rows at batch 1, SPEED_BATCHES batches of 32) and a
-    causal LM's decoding speed (DECODE_TOKENS tokens), each run once untimed and then until its timing budget is
-    spent."""
+    causal LM's decoding speed (DECODE_TOKENS tokens at `token_seconds` each, the probe's measure, else
+    DECODE_TOKEN_COST's), each run once untimed and then until its timing budget is spent."""
     seconds = (_timed(SPEED_ROWS * BATCH1_COST * row_seconds, SPEED_REPEATS)
                + _timed(SPEED_BATCHES * 32 * row_seconds, SPEED_REPEATS))
     if task == "causal_lm":
-        seconds += _timed(DECODE_TOKENS * _token_seconds(row_seconds, seq_len), DECODE_REPEATS)
+        token_seconds = token_seconds or DECODE_TOKEN_COST * row_seconds / seq_len
+        seconds += _timed(DECODE_TOKENS * token_seconds, DECODE_REPEATS)
     return seconds
 
 
@@ -95,8 +103,11 @@ def _timed(one_pass: float, repeats: int) -> float:
     return one_pass * (1 + timed)
 
 
-def _token_seconds(row_seconds: float, seq_len: int) -> float:
-    return DECODE_TOKEN_COST * row_seconds / seq_len
+def _decode_seconds(combinations: list[CombinationTimes]) -> float:
+    """The slowest candidate's measured greedy decoding per token, as _full_precision_speed picks its evaluation
+    speed (fp32's where measured: the export decodes the full-precision model); 0.0 where none was measured."""
+    return max((max(c.decode_seconds_per_token for c in kept) for kept in _by_model_in_fp32(combinations)),
+               default=0.0)
 
 
 def _reference_passes(config: SweepConfig, test_pass_seconds: float) -> float:

@@ -54,6 +54,7 @@ class CombinationTimes:
     eval_samples_per_second: float
     seconds_per_step: float  # one optimizer step at the space's mean effective batch
     seconds_per_evaluation: float  # one pass over the validation split
+    decode_seconds_per_token: float = 0.0  # a causal LM's greedy decoding at batch 1, as the probe measured it
 
     def period_seconds(self, eval_every_steps: int) -> float:
         """One evaluation period: the steps between two evaluations and the evaluation."""
@@ -159,7 +160,8 @@ def combination_times(probes: dict[str, ProbeResult], effective_batches: list[in
             eval_sorted = length_grouped_megabatch(validation_rows, eval_batch) if grouped and validation_rows else None
             speed /= padded_fraction(lengths[result.model], result.micro_batch, result.seq_len, train_sorted)
             eval_speed /= padded_fraction(lengths[result.model], eval_batch, result.seq_len, eval_sorted)
-        times.append(CombinationTimes(key, speed, eval_speed, mean_batch / speed, validation_rows / eval_speed))
+        times.append(CombinationTimes(key, speed, eval_speed, mean_batch / speed, validation_rows / eval_speed,
+                                      result.decode_seconds_per_token))
     return times
 
 
@@ -349,8 +351,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     plan = SearchPlan(combinations, search.eval_every_steps, schedule.evaluations * search.eval_every_steps,
                       search.max_steps, search.num_trials, search.num_trials, concurrency, _budget_words(config), 0.0,
                       export_seconds(config, combinations, test_rows, seq_len, export_timed_on_cpu_too,
-                                     export_thread_ratio),
-                      Simulated(0.0, 0, 0, 0, 0),
+                                     export_thread_ratio), Simulated(0.0, 0, 0, 0, 0),
                       cadence_notes + schedule.notes, schedule.period_seconds, per_evaluation)
     lanes = [Lane(plan.period(c), round(plan.steps_per_evaluation(c))) for c in combinations]
     asha = search.asha if search.scheduler == "asha" else None

@@ -24,9 +24,9 @@ from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, fa
                                                  find_max_micro_batch, past, throughput_candidates)
 from finesweep.search.probe.device import Device, busy_cores, contended
 from finesweep.search.probe.worker import ProbeWorker
-from finesweep.spaces import SweepConfig, parse_bytes
+from finesweep.spaces import SweepConfig, Task, parse_bytes
 from finesweep.spaces.files import machine_cache, write_json_atomic
-from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest
+from finesweep.trainer.probe_step import DECODE_PROBE_TOKENS, ProbeAttempt, ProbeRequest
 
 log = logging.getLogger(__name__)
 FULL_PRECISION = "fp32"  # what a reduced precision (bf16, fp16) is judged against: it must train faster to be worth it
@@ -75,6 +75,12 @@ class ProbeResult:
         """Measured samples/s of the micro-batch the trials use."""
         attempt = self.attempt_at(self.micro_batch or self.max_micro_batch)
         return attempt["batch"] / attempt["seconds_per_step"] if attempt and attempt["seconds_per_step"] else 0.0
+
+    @property
+    def decode_seconds_per_token(self) -> float:
+        """A causal LM's measured greedy decoding at batch 1 (0.0: not measured: a classifier, an older cache)."""
+        decoded = [a for a in self.attempts if a.get("mode") == "decode" and a.get("seconds_per_step") and not a.get("error")]
+        return decoded[-1]["seconds_per_step"] if decoded else 0.0
 
     def choose(self, policy: str) -> "ProbeResult":
         """This result with micro_batch set by the policy ("fastest" or "largest")."""
@@ -286,6 +292,8 @@ def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, bu
             search.measure(batch)  # below the max: fits unless memory is not monotonic, which the table would show
         eval_batch, eval_attempt = find_eval_batch(worker, base, top, budget)
     attempts = search.attempts + ([eval_attempt] if eval_attempt else [])
+    if base.task == Task.causal_lm.value and top >= 1 and not search.too_slow:  # the export's answers' cost
+        attempts.append(worker.attempt(replace(base, batch=1, mode="decode")))
     log.info("probe %s %s %s: max micro-batch %d in %d attempts", model, base.precision, base.method, top, len(attempts))
     return ProbeResult(model=model, precision=base.precision, method=base.method, seq_len=base.seq_len,
                        device=device.name, budget_bytes=budget, max_micro_batch=top,
@@ -298,8 +306,10 @@ def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, bu
 
 def _fingerprint(request: ProbeRequest, device: Device, budget: int, threads: int) -> str:
     """What a probe result depends on: the model (its files as they are now), how it trains, the device, the threads
-    timing it and the libraries measuring it."""
-    return json.dumps({"candidate": request.candidate, "files": model_files(request.candidate.get("path")),
+    timing it and the libraries measuring it. A causal LM's answers also hold its decoding's timing (answers cached
+    before the probe timed decoding lack it, so they are measured again)."""
+    decoding = {"decode_tokens": DECODE_PROBE_TOKENS} if request.task == Task.causal_lm.value else {}
+    return json.dumps({**decoding, "candidate": request.candidate, "files": model_files(request.candidate.get("path")),
                        "task": request.task, "labels": request.num_labels,
                        "precision": request.precision, "method": request.method, "seq_len": request.seq_len,
                        "lora_r": request.lora_r, "checkpointing": request.gradient_checkpointing, "cap": request.batch,

@@ -3,6 +3,8 @@ simulated search, the trial length a budget pays for, and the plan of a whole sw
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -328,6 +330,29 @@ def test_a_causal_lms_export_adds_its_generations_token_by_token():
     # once in full precision and once at int8's slowdown.
     per_variant = 16 * 32 * export_time.DECODE_TOKEN_COST / 64
     assert export(16) - export(0) == pytest.approx(per_variant * (1 + export_time.VARIANT_SLOWDOWN["int8"]))
+
+
+def test_the_probes_measured_decoding_prices_the_answers_the_slowest_fp32_candidate_first():
+    """SmolLM2 on 2 cores decoded at 37.6 ms a token where DECODE_TOKEN_COST's formula said 8: measured wins."""
+    config = _config()
+    config = config.model_copy(update={"data": config.data.model_copy(update={"task": Task.causal_lm}),
+                                       "export": config.export.model_copy(update={"quantization": []})})
+
+    def answers_cost(*combinations: CombinationTimes) -> float:
+        with_answers = export_time.export_seconds(config, list(combinations), test_rows=40, seq_len=64)
+        none = config.model_copy(update={"export": config.export.model_copy(update={"generation_samples": 0})})
+        return with_answers - export_time.export_seconds(none, list(combinations), test_rows=40, seq_len=64)
+
+    def measured(key: str, decode: float) -> CombinationTimes:
+        return replace(times(key, 1.0, 1.0), decode_seconds_per_token=decode)
+
+    answers, new_tokens = config.export.generation_samples, 64 // 2
+    assert answers_cost(measured("a|fp32|full", 0.5)) == pytest.approx(answers * new_tokens * 0.5)
+    # Per model its fp32 decoding (bf16's is not what the export runs), then the slowest model's.
+    assert answers_cost(measured("a|fp32|full", 0.5), measured("a|bf16|full", 2.0),
+                        measured("b|fp32|lora", 0.8)) == pytest.approx(answers * new_tokens * 0.8)
+    assert answers_cost(times("a|fp32|full", 1.0, 1.0)) == pytest.approx(
+        answers * new_tokens * export_time.DECODE_TOKEN_COST / 64), "not measured (an older cache): the formula"
 
 
 def test_an_export_on_a_gpu_machine_counts_the_cpu_timing_pass_of_every_variant():

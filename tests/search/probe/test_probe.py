@@ -406,3 +406,20 @@ def test_the_cpus_identity_names_its_model_and_the_instruction_sets_that_set_its
     assert avx512 == "Some CPU [amx_tile avx2 avx512_bf16 avx512f fma]"
     assert cpu_identity(cpuinfo("avx2 fma")) == "Some CPU [avx2 fma]" != avx512  # same model name, other speeds
     assert cpu_identity(cpuinfo("avx2 fma rdrand")) == cpu_identity(cpuinfo("fma avx2"))  # flags that do not matter
+
+
+def test_a_causal_lms_probe_times_greedy_decoding_in_its_process(tiny_causal_lm):
+    """The export's answers cost what one generated token costs, which the probe measures at batch 1 (mode decode)
+    and the plan reads back (ProbeResult.decode_seconds_per_token)."""
+    worker = ProbeWorker(resolve_device(), threads=1)
+    base = ProbeRequest(candidate=ModelCandidate(name="t", path=str(tiny_causal_lm)).model_dump(), task="causal_lm",
+                        num_labels=0, precision="fp32", method="full", seq_len=64, batch=1, mode="decode")
+    try:
+        decode = worker.attempt(base)
+    finally:
+        worker.close()
+    assert decode.error is None and decode.seconds_per_step > 0 and decode.mode == "decode"
+    result = ProbeResult(model="t", precision="fp32", method="full", seq_len=64, device="cpu", budget_bytes=1,
+                         max_micro_batch=4, attempts=[{"batch": 4, "seconds_per_step": 1.0}, asdict(decode)])
+    assert result.decode_seconds_per_token == decode.seconds_per_step
+    assert result.attempt_at(1) is None, "a decode attempt at batch 1 is not a training step at micro-batch 1"
