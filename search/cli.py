@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import sys
 import time
 import warnings
@@ -15,6 +14,8 @@ from typing import Iterator, Optional
 
 import typer
 
+from finesweep.search.terminate import stop_cleanly_on_sigterm
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Hyperparameter and batch-size search for fine-tuning open Hugging Face models.")
 
@@ -22,8 +23,6 @@ USER_ERROR_EXIT = 2
 # The sweep ran and exported, but a variant of export.quantization could not be made (summary.json's
 # export_not_made says which and why): a script that chains finesweep notices.
 EXPORT_INCOMPLETE_EXIT = 3
-# 128 + SIGTERM's number, as a shell reports a command a signal ended.
-TERMINATED_EXIT = 128 + signal.SIGTERM
 SweepArg = typer.Argument(..., help="A sweep file (YAML), or the folder of a sweep that has run.")
 TIME_LIMIT_HELP = ("The whole command's wall time, e.g. 600s, 10m, 1.5h (search.time_limit): the search gets what the "
                    "data, the probe and the export leave. Replaces the file's search.time_budget_minutes.")
@@ -46,18 +45,6 @@ def user_errors() -> Iterator[None]:
     except user_error_types as error:
         typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
         raise typer.Exit(USER_ERROR_EXIT) from None
-
-
-def _stop_cleanly_on_sigterm(sweep: Path) -> None:
-    """SIGTERM (a scheduler's stop, `timeout`, `kill`) ends the command as an exception does: the probe's process is
-    closed, Ray and MLflow shut down, and the sweep stays resumable. Python's default ends the interpreter on the spot
-    (exit -15, no word to the user), and a probe process mid-attempt runs on until its attempt ends."""
-    def stop(signum, frame) -> None:
-        typer.secho(f"stopped by SIGTERM: `finesweep resume {sweep}` continues a search that had begun (before it, "
-                    "run the sweep again: the prepared data and the probe's answers are kept)", err=True)
-        raise SystemExit(TERMINATED_EXIT)
-
-    signal.signal(signal.SIGTERM, stop)
 
 
 QUIET_ENVIRONMENT = {  # set before Ray starts, so trial workers inherit them
@@ -120,7 +107,7 @@ def run(
     """Prepare data, probe memory, run the trials, pick the best checkpoint, quantize and export it."""
     started = time.time()
     _quiet_libraries(verbose)
-    _stop_cleanly_on_sigterm(sweep_file)
+    stop_cleanly_on_sigterm(sweep_file)
     with user_errors():
         _ray_environment(address)
         config = _with_time_limit(_load(sweep_file), time_limit)
@@ -249,7 +236,7 @@ def resume(sweep: Path = SweepArg,
            verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs.")) -> None:
     """Continue an interrupted sweep: finished trials stay, unfinished ones go on from their last checkpoint."""
     _quiet_libraries(verbose)
-    _stop_cleanly_on_sigterm(sweep)
+    stop_cleanly_on_sigterm(sweep)
     with user_errors():
         _ray_environment(address)
         root = _sweep_root(sweep)
