@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _WARMUP_STEPS = 1  # the first step allocates optimizer state and warms kernels: measured for memory, never timed
 # A causal LM's greedy decoding, timed at batch 1 from a short random prompt: the export's answers and decode timing
 # cost this per token. No formula over the training speed predicts it: a decode step reads every weight for one token
-# (SmolLM2-135M on 2 cores: 37.6 ms a token, where 8x a batched token's share of a forward pass said 8).
+# (SmolLM2-135M on 2 cores: 37.6 ms a token, where 8x a batched token's share of a forward pass said 8 ms).
 DECODE_PROBE_TOKENS = 16  # half the export's DECODE_TOKENS: about a second on 2 cores
 DECODE_PROMPT_TOKENS = 48  # a short chat turn
 
