@@ -29,6 +29,7 @@ _WARMUP_STEPS = 1  # the first step allocates optimizer state and warms kernels:
 # (SmolLM2-135M on 2 cores: 37.6 ms a token, where 8x a batched token's share of a forward pass said 8 ms).
 DECODE_PROBE_TOKENS = 16  # half the export's DECODE_TOKENS: about a second on 2 cores
 DECODE_PROMPT_TOKENS = 48  # a short chat turn
+READY = "ready"  # the probe process's first message: its libraries are imported (search/probe/worker.py)
 
 
 @dataclass(frozen=True)
@@ -282,12 +283,14 @@ def worker_main(connection, device: str, threads: int, log_file: str | None = No
     if log_file:
         _stderr_to(log_file)
     import torch
+    import transformers.modeling_utils  # noqa: F401 - imported before READY, so no attempt's time includes it
 
     torch.set_num_threads(max(1, threads))
     if device != "cuda":
         pin_malloc_thresholds()
     gauge = device_gauge(device)
     cache = _ModelCache()
+    connection.send(READY)
     while (message := connection.recv()) is not None:
         request = ProbeRequest(**message)
         try:

@@ -19,6 +19,18 @@ SEED_BATCHES = (4, 16)  # spread apart so the per-sample slope stands above allo
 # they double as throughput candidates
 
 
+@dataclass(frozen=True)
+class TimeBox:
+    """A combination's time under a time limit (table.probe_all): the end of its part of the probe's share, and
+    what may run past it. All times are time.monotonic()."""
+
+    part_end: float
+    part_seconds: float = 0.0  # the part's length
+    share_end: float | None = None  # the end of the probe's whole share
+    floor: int = 0  # the space's smallest effective batch: below it every step accumulates (see affordable)
+    bounded: bool = False  # its first attempt too is stopped at part_end (a reduced precision's)
+
+
 @dataclass
 class MaxSearch:
     """One search for the largest fitting micro-batch: every attempt, and the bracket (last fit, first failure)."""
@@ -73,15 +85,29 @@ class MaxSearch:
         predicted = predict_max_batch(self.attempts, self.limit) if self.last_fit == 0 else None
         return predicted is not None and predicted < 1
 
+    def affordable(self, batch: int, box: TimeBox | None) -> int | None:
+        """The batch to try next under `box`: `batch` where it ends inside the combination's part (or nothing has
+        fit yet); else None (the search is cut short), except below the floor: there a micro-batch trains every
+        step in pieces, and MiniLM's samples/s at micro-batch 4 were half those at 16 on one core, so the floor
+        itself (or `batch`, when smaller) is tried where it costs no more than a part and ends inside the share."""
+        if box is None or not self.last_fit or not self.out_of_time(batch, box.part_end):
+            return batch
+        target = min(batch, box.floor)
+        if self.last_fit < target and box.share_end is not None and not self.out_of_time(target, box.share_end) \
+                and self.predicted_seconds(target) <= box.part_seconds:
+            return target
+        return None
+
     def out_of_time(self, batch: int, deadline: float | None) -> bool:
         """Whether an attempt at `batch` would end past `deadline`: its steps timed at the last training attempt's
         seconds per sample (a CPU's samples per second barely change with the batch; the LLM example's full
         fine-tuning took 5 s a step at 4 rows and 26 s at 16)."""
-        if deadline is None:
-            return False
+        return deadline is not None and time.monotonic() + self.predicted_seconds(batch) >= deadline
+
+    def predicted_seconds(self, batch: int) -> float:
+        """An attempt's seconds at `batch`, at the last training attempt's seconds per sample (0: none timed)."""
         last = next((a for a in reversed(self.attempts) if a.mode == "train" and a.seconds_per_step > 0), None)
-        predicted = last.steps * last.seconds_per_step * batch / last.batch if last else 0.0
-        return time.monotonic() + predicted >= deadline
+        return last.steps * last.seconds_per_step * batch / last.batch if last else 0.0
 
     def next_batch(self) -> int:
         """The memory model's guess, kept strictly inside the bracket; bisection when it has no guess or stalls."""
@@ -113,7 +139,7 @@ def predict_max_batch(attempts: list[ProbeAttempt], limit: float) -> int | None:
 
 def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int,
                          too_slow: Callable[[ProbeAttempt], str | None] | None = None,
-                         deadline: float | None = None, bounded: bool = False) -> MaxSearch:
+                         box: TimeBox | None = None) -> MaxSearch:
     """Largest batch in [1, cap] that fits `budget` less the margin: seed the memory model, then confirm and bisect.
     `too_slow` judges the first attempt: when it gives a reason, the search stops there (the batch fits; how much
     larger one would is not worth its minutes for a combination the space will drop).
@@ -121,18 +147,20 @@ def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int,
     The seed batches fit a line through their peaks; its prediction is tried next (the cap itself when the line
     says the cap fits), then the bracket between the last fit and the first failure closes, one prediction or
     one bisection at a time, until the answer is exact (or two failures show that not even one sample fits).
-    Where the next attempt would end past `deadline` (time.monotonic()), the search ends at its last fit, marked
+    Where the next attempt would end past the end of `box`'s part, the search ends at its last fit, marked
     cut_short: a smaller micro-batch than the largest that fits, measured, rather than a probe longer than its share
-    of a time limit. `bounded`: the first attempt too is stopped at `deadline` (timed_out, nothing measured), for a
-    combination the space can do without (a reduced precision: bf16's first step on a CPU without bf16 instructions
-    took 25-34 s where fp32's took 12-15).
+    of a time limit (below the box's floor it may go on: MaxSearch.affordable). `box.bounded`: the first attempt too
+    is stopped at the part's end (timed_out, nothing measured), for a combination the space can do without (a
+    reduced precision: bf16's first step on a CPU without bf16 instructions took 25-34 s where fp32's took 12-15).
     """
     search = MaxSearch(worker, base, cap, budget / (1 + SAFETY_MARGIN), first_fail=cap + 1)
-    for batch in sorted({min(b, cap) for b in SEED_BATCHES}):
-        if search.last_fit and search.out_of_time(batch, deadline):
+    for seed in sorted({min(b, cap) for b in SEED_BATCHES}):
+        batch = search.affordable(seed, box)
+        if batch is None:
+            search.cut_short = True
             break
-        first = bounded and deadline is not None and not search.attempts
-        if not search.fits(batch, deadline - time.monotonic() if first else None):
+        first = box is not None and box.bounded and not search.attempts
+        if not search.fits(batch, box.part_end - time.monotonic() if first else None):
             if search.timed_out:
                 return search
             break
@@ -145,8 +173,8 @@ def find_max_micro_batch(worker, base: ProbeRequest, cap: int, budget: int,
         if search.nothing_fits():
             search.first_fail = 1
             break
-        batch = search.next_batch()
-        if search.last_fit and search.out_of_time(batch, deadline):
+        batch = search.affordable(search.next_batch(), box)
+        if batch is None:
             search.cut_short = True
             break
         search.fits(batch)

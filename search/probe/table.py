@@ -20,8 +20,8 @@ from typing import Any, Callable
 
 from filelock import FileLock
 
-from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, fastest_batch, find_eval_batch,
-                                                 find_max_micro_batch, past, throughput_candidates)
+from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, TimeBox, fastest_batch,
+                                                 find_eval_batch, find_max_micro_batch, past, throughput_candidates)
 from finesweep.search.probe.device import Device, busy_cores, contended
 from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import SweepConfig, Task, parse_bytes
@@ -115,9 +115,11 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
     are also written to `record_file` (the sweep folder's own record).
 
     `seconds` (the probe's share of search.time_limit): each combination gets an equal part of what is left when
-    its turn comes, and its search ends at its last fit past it (cut_short: no larger micro-batch, no recompute
-    plan, no evaluation batch tried). The first precision's combinations (fp32, the others are judged by it) are
-    always measured; a reduced precision's turn after the time is spent is not_measured, and leaves the space."""
+    its turn comes (after the probe process's start: its imports are the share's, not the first combination's),
+    and its search ends at its last fit past it (cut_short: no larger micro-batch, no recompute plan, no evaluation
+    batch tried). The first precision's combinations (fp32, the others are judged by it) are always measured, and
+    their search goes on to the space's smallest effective batch where that costs no more than a part; a reduced
+    precision's turn after the time is spent is not_measured, and leaves the space."""
     cap = config.resources.max_micro_batch or max(config.space.effective_batch_size)
     threads = int(config.resources.cpus_per_trial)
     prober = _CachedProber(ProbeWorker(device, threads=threads), device, memory_budget(config, device), cap,
@@ -134,8 +136,8 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
                 results[combination_key(model, precision, method)] = _not_measured(model, precision, method,
                                                                                    seq_len, device, prober.budget)
                 continue
-            prober.deadline = None if end is None else time.monotonic() + (end - time.monotonic()) / (len(turns) - index)
-            prober.bounded = precision != ordered[0]  # fp32's combinations are measured whatever they take
+            prober.turn = None if end is None else Turn(end, len(turns) - index, bounded=precision != ordered[0],
+                                                        floor=min(min(config.space.effective_batch_size), cap))
             base = ProbeRequest(candidate=config.candidate(model).model_dump(), task=config.data.task.value,
                                 num_labels=num_labels, precision=precision, method=method, seq_len=seq_len,
                                 batch=cap, trust_remote_code=config.trust_remote_code)
@@ -145,6 +147,24 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
     finally:
         prober.worker.close()
     return results
+
+
+@dataclass
+class Turn:
+    """A combination's turn under a time limit: its TimeBox is drawn when its first attempt is due (after the probe
+    process has started), once per turn (the recompute plan, where measured, shares it)."""
+
+    share_end: float  # time.monotonic() when the probe's share ends
+    turns_left: int  # this one included
+    bounded: bool
+    floor: int
+    _box: TimeBox | None = None
+
+    def box(self) -> TimeBox:
+        if self._box is None:
+            seconds = max(self.share_end - time.monotonic(), 0.0) / self.turns_left
+            self._box = TimeBox(time.monotonic() + seconds, seconds, self.share_end, self.floor, self.bounded)
+        return self._box
 
 
 def _not_measured(model: str, precision: str, method: str, seq_len: int, device: Device, budget: int) -> ProbeResult:
@@ -167,8 +187,7 @@ class _CachedProber:
     fastest: dict[tuple[str, int], tuple[float, str]] = field(default_factory=dict)  # (model, batch) -> samples/s, key
     record_file: Path | None = None  # the sweep's own copy of the answers it used (cache_file is the machine's)
     full_precision: dict[tuple[str, str, int], float] = field(default_factory=dict)  # (model, method, batch) -> fp32's
-    deadline: float | None = None  # time.monotonic() by which the combination now probed ends (see probe_all)
-    bounded: bool = False  # its first attempt too ends at the deadline (a reduced precision's: see probe_all)
+    turn: Turn | None = None  # the time of the combination now probed (see probe_all); None: no time limit
 
     def measure(self, base: ProbeRequest, checkpointing: bool) -> ProbeResult:
         request = replace(base, gradient_checkpointing=checkpointing)
@@ -177,9 +196,10 @@ class _CachedProber:
         busy = self._measured_under_load(entry)
         reused = entry is not None and busy is None
         if not reused:
+            self.worker.start()
             result = _probe_one(self.worker, request, request.candidate["name"], self.cap, self.budget, self.device,
                                 functools.partial(self.too_slow, precision=request.precision, method=request.method),
-                                self.deadline, self.bounded)
+                                self.turn.box() if self.turn else None)
             entry = asdict(replace(result, busy_cores=busy))
             if not (result.cut_short or result.not_measured):  # a later sweep with the time to measure it all should
                 _add_to_cache(self.cache_file, fingerprint, entry)
@@ -272,10 +292,10 @@ def static_bytes(result: ProbeResult) -> float | None:
 
 def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, budget: int, device: Device,
                too_slow: Callable[[ProbeAttempt, str], str | None] | None = None,
-               deadline: float | None = None, bounded: bool = False) -> ProbeResult:
+               box: TimeBox | None = None) -> ProbeResult:
     started = time.perf_counter()
     search = find_max_micro_batch(worker, base, cap, budget,
-                                  functools.partial(too_slow, model=model) if too_slow else None, deadline, bounded)
+                                  functools.partial(too_slow, model=model) if too_slow else None, box)
     if search.timed_out:
         log.info("probe %s %s %s: its first attempt ran past its share of the time limit and was stopped", model,
                  base.precision, base.method)

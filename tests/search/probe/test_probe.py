@@ -12,8 +12,9 @@ import yaml
 
 from finesweep.search.probe import table as probe_module
 from finesweep.search.probe.device import Device, resolve_device
-from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, ProbeError, fastest_batch, find_eval_batch,
-                                                 find_max_micro_batch, predict_max_batch, throughput_candidates)
+from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, ProbeError, TimeBox, fastest_batch,
+                                                 find_eval_batch, find_max_micro_batch, predict_max_batch,
+                                                 throughput_candidates)
 from finesweep.search.probe.steer import unmeasured_precisions
 from finesweep.search.probe.table import ProbeResult, probe_all
 from finesweep.search.probe.worker import ProbeWorker
@@ -39,6 +40,9 @@ class ScriptedWorker:
         if self.cuda and peak > self.budget:  # a real CUDA OOM: no meaningful peak, nothing timed
             return ProbeAttempt(request.batch, 0, 0.0, out_of_memory=True, steps=2, mode=request.mode)
         return ProbeAttempt(request.batch, peak, self.seconds(request.batch), steps=2, mode=request.mode)
+
+    def start(self) -> None:
+        pass
 
     def replace(self) -> None:
         self.replaced += 1
@@ -106,18 +110,45 @@ def test_an_attempt_that_would_end_past_the_deadline_is_not_started():
     """The next attempt's steps are timed at the last one's seconds per sample: 2 steps of 0.09 s at batch 4 say
     batch 16 takes 0.72 s, past a deadline 0.3 s away; with time enough the search runs to its exact answer."""
     worker = ScriptedWorker(linear)
-    search = find_max_micro_batch(worker, request(), 64, 1000 * MB, deadline=time.monotonic() + 0.3)
+    search = find_max_micro_batch(worker, request(), 64, 1000 * MB, box=TimeBox(time.monotonic() + 0.3))
     assert (worker.batches, search.last_fit, search.cut_short) == ([4], 4, True)
-    roomy = find_max_micro_batch(ScriptedWorker(linear), request(), 64, 1000 * MB, deadline=time.monotonic() + 60)
+    roomy = find_max_micro_batch(ScriptedWorker(linear), request(), 64, 1000 * MB,
+                                 box=TimeBox(time.monotonic() + 60))
     assert (roomy.last_fit, roomy.cut_short) == (64, False)
     slow = ScriptedWorker(linear, seconds=lambda b: 10.0)  # a reduced precision's first step, 20 s to the deadline's 1
-    search = find_max_micro_batch(slow, request(), 64, 1000 * MB, deadline=time.monotonic() + 1, bounded=True)
+    search = find_max_micro_batch(slow, request(), 64, 1000 * MB, box=TimeBox(time.monotonic() + 1, bounded=True))
     assert (slow.batches, search.timed_out, search.last_fit) == ([4], True, 0), "stopped, not waited for"
-    search = find_max_micro_batch(slow, request(), 64, 1000 * MB, deadline=time.monotonic() + 1)
+    search = find_max_micro_batch(slow, request(), 64, 1000 * MB, box=TimeBox(time.monotonic() + 1))
     assert (search.timed_out, search.last_fit, search.cut_short) == (False, 4, True), "unbounded: measured anyway"
     failing = ScriptedWorker(linear)  # nothing fits yet: the deadline does not stop the search for a first fit
-    assert find_max_micro_batch(failing, request(), 64, 110 * MB, deadline=time.monotonic()).last_fit == 0
+    assert find_max_micro_batch(failing, request(), 64, 110 * MB, box=TimeBox(time.monotonic())).last_fit == 0
     assert failing.batches == [4, 2], "batch 2 tried past the deadline; then the two failures end it"
+
+
+def test_below_the_smallest_effective_batch_a_cut_short_search_tries_it_where_a_part_pays_for_it():
+    """MiniLM on one core trained 7 samples/s at micro-batch 4 and 11-14 at 16, and the example's trials, cut short
+    at 4, trained 4 x 2 at about half speed with evaluations at batch 4. Below the floor (the space's smallest
+    effective batch) the search tries the floor itself where that attempt costs no more than a part and ends inside
+    the share; never where it costs more (an LLM's step at 8 rows: 20 s against a 14-s part)."""
+    now = time.monotonic()
+    worker = ScriptedWorker(linear)  # 2 steps of 0.09 s at batch 4: batch 8 predicted 0.36 s, batch 16 0.72 s
+    search = find_max_micro_batch(worker, request(), 64, 1000 * MB, box=TimeBox(now + 0.3, 0.5, now + 60, floor=8))
+    assert (worker.batches, search.last_fit, search.cut_short) == ([4, 8], 8, True)
+    dear = ScriptedWorker(linear)
+    search = find_max_micro_batch(dear, request(), 64, 1000 * MB, box=TimeBox(now + 0.3, 0.3, now + 60, floor=8))
+    assert (dear.batches, search.last_fit) == ([4], 4), "the floor's attempt (0.36 s) costs more than a part (0.3 s)"
+    late = ScriptedWorker(linear)
+    find_max_micro_batch(late, request(), 64, 1000 * MB, box=TimeBox(now + 0.3, 0.5, now + 0.3, floor=8))
+    assert late.batches == [4], "never past the share's end"
+
+
+def test_a_turns_part_is_drawn_when_its_first_attempt_is_due_not_before_the_probe_process_started():
+    """The probe process's imports took 5 s of a 9-s part, so the first combination was cut short at micro-batch 4;
+    the part is drawn once the process is up (and once per turn: the recompute plan shares it)."""
+    turn = probe_module.Turn(time.monotonic() + 4.0, turns_left=2, bounded=False, floor=8)
+    time.sleep(0.4)  # the process starting
+    box = turn.box()
+    assert 1.7 < box.part_seconds <= 1.8 and box.share_end == turn.share_end and turn.box() is box
 
 
 def test_cuda_style_failures_without_a_peak_still_converge_exactly():

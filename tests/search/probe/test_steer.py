@@ -86,6 +86,9 @@ class _TimedWorker:
         return ProbeAttempt(request.batch, 2**20 * request.batch, self.seconds_per_sample[request.precision] * request.batch,
                             steps=2, mode=request.mode)
 
+    def start(self):
+        pass
+
     def replace(self):
         pass
 
