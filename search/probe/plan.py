@@ -9,9 +9,9 @@ fit in the budget after its start (stretched to fill it but a margin), so whiche
 its full length and its learning-rate schedule ends inside the budget (a trial the budget cuts ends at its peak
 rate, undertrained), and ASHA compares trials at equal seconds. A step budget shortens the trials to what it pays
 for. Then the plan simulates the search (ASHA's rungs and cut-off exactly as Ray applies them, trials of random
-quality, `max_concurrent_trials` at once, the budget) to count the trials that can start in it, which become
-num_trials (never raised), so TPE's random start-up is sized for the trials that will really run. The simulation
-also predicts the search's seconds; with the export's estimate, the end time printed before the search.
+quality, `max_concurrent_trials` at once, the budget) to count the trials that can start and evaluate in it, which
+become num_trials (never raised), so TPE's random start-up is sized for the trials that will really run. The
+simulation also predicts the search's seconds; with the export's estimate, the end time printed before the search.
 
 Pure: no Ray, no MLflow, no model loaded.
 """
@@ -32,14 +32,12 @@ from finesweep.search.probe.padding import length_grouped_megabatch, padded_frac
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
 
-# Fixed costs the probe does not measure; taken from this project's CPU runs (benchmarks/README.md compares the
-# plan's predicted end with the real one). A trial starts: a Ray worker, transformers' import (a reused worker
-# skips it), the model and the tokenized splits loaded.
+# Fixed costs the probe does not measure, from this project's CPU runs (benchmarks/README.md compares the plan's
+# predicted end with the real one). A trial starts: a Ray worker, transformers' import, the model and the splits.
 TRIAL_START_SECONDS = 10.0
 RAY_START_SECONDS = 8.0  # a local Ray's start and Tune's set-up before the first trial
 # The budget a trial started first may fill: the rest is the margin for the probe's speeds being optimistic (the
-# trials' periods came out 5% shorter than planned on the quickstart), so that trial ends with its last evaluation
-# rather than cut before it.
+# trials' periods came out 5% shorter than planned on the quickstart), so it ends with its last evaluation.
 BUDGET_MARGIN = 0.05
 FORWARD_SPEEDUP = 3.0  # evaluation speed when the probe could not measure it: a forward pass, no backward
 SIMULATIONS = 31  # seeded runs of the search; the plan reports their median
@@ -193,7 +191,7 @@ def simulate(lanes: list[Lane], *, evaluations: int, num_trials: int, concurrenc
     lanes (combinations) in turn, `concurrency` at once, a new one as soon as a slot frees; each has a random
     quality that its every evaluation reports; ASHA stops a trial at a rung when its quality is below the
     (1 - 1/rf) percentile of those recorded there (Ray's rule: the first at a rung always goes on); the budget ends
-    what runs when it is spent. `qualities`: the trials' qualities in order, instead of random ones."""
+    what runs when it is spent, and no trial starts that would not reach its first evaluation before that. `qualities`: the trials' qualities in order, instead of random ones."""
     rng = random.Random(seed)
     rungs: dict[int, list[float]] = {m: [] for m in (milestones or []) if m < evaluations}
     outcome = Simulated(0.0, 0, 0, 0, 0)
@@ -204,7 +202,10 @@ def simulate(lanes: list[Lane], *, evaluations: int, num_trials: int, concurrenc
         return lanes[trial % len(lanes)]
 
     def start(at: float) -> None:
-        if outcome.started < num_trials:
+        # A trial that cannot evaluate before the budget ends is not started: it would only delay the winner.
+        late = at > 0 and time_budget is not None and at + TRIAL_START_SECONDS + lane(outcome.started).period_seconds \
+            > time_budget
+        if outcome.started < num_trials and not late:
             trial = outcome.started
             outcome.started += 1
             quality[trial] = qualities[trial] if qualities else rng.random()
@@ -364,13 +365,12 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                 for seed in range(SIMULATIONS)]
 
     simulated = runs(search.num_trials)
-    # The most trials that started in any simulated run: fewer would leave the budget idle when ASHA stops more
-    # trials early than the median run did.
+    # The most trials that started in any simulated run (fewer would idle when ASHA stops more than the median did).
     can_start = max(run.started for run in simulated)
     if search.fit_to_budget and (time_budget or search.step_budget) and can_start < search.num_trials:
         plan.num_trials = can_start
-        plan.notes.append(f"num_trials {search.num_trials} -> {can_start}: at most that many trials start within the "
-                          "budget (simulated), so TPE's random start-up is sized for them")
+        plan.notes.append(f"num_trials {search.num_trials} -> {can_start}: at most that many trials start and "
+                          "evaluate within the budget (simulated), so TPE's random start-up is sized for them")
         simulated = runs(can_start)
     plan.simulated = sorted(simulated, key=lambda run: (run.seconds, run.started))[len(simulated) // 2]
     plan.exploitation_seconds = search.exploit.seconds(search.time_budget_minutes)

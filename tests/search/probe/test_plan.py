@@ -72,6 +72,18 @@ def test_a_time_budget_cuts_the_running_trials_and_starts_no_more():
     assert run.seconds == pytest.approx(200.0)
 
 
+def test_a_trial_that_could_not_evaluate_before_the_budget_ends_is_not_started():
+    """The tweets example at 357 s: two trials completed at the trials' share and two more were started, stopped
+    at once, and held the winner back 10 s. A trial due to start after budget - start - one period is not."""
+    lanes = [Lane(period_seconds=30.0, steps=10)]
+    run = simulate(lanes, evaluations=2, num_trials=4, concurrency=2, milestones=None,
+                   reduction_factor=3, time_budget=100.0, step_budget=None, seed=0)
+    assert (run.started, run.completed, run.cut_by_budget) == (2, 2, 0)  # done at 70 s: 70 + 10 + 30 > 100
+    roomy = simulate(lanes, evaluations=2, num_trials=4, concurrency=2, milestones=None,
+                     reduction_factor=3, time_budget=110.0, step_budget=None, seed=0)
+    assert (roomy.started, roomy.cut_by_budget) == (4, 2), "at 110 s they reach one evaluation: started"
+
+
 def test_a_step_budget_ends_the_search_when_its_steps_are_spent():
     lanes = [Lane(period_seconds=10.0, steps=10)]
     run = simulate(lanes, evaluations=5, num_trials=10, concurrency=1, milestones=None,
