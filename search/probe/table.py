@@ -187,6 +187,7 @@ class _CachedProber:
     fastest: dict[tuple[str, int], tuple[float, str]] = field(default_factory=dict)  # (model, batch) -> samples/s, key
     record_file: Path | None = None  # the sweep's own copy of the answers it used (cache_file is the machine's)
     full_precision: dict[tuple[str, str, int], float] = field(default_factory=dict)  # (model, method, batch) -> fp32's
+    decoded: set[str] = field(default_factory=set)  # models whose greedy decoding is timed (once a model: see _probe_one)
     turn: Turn | None = None  # the time of the combination now probed (see probe_all); None: no time limit
 
     def measure(self, base: ProbeRequest, checkpointing: bool) -> ProbeResult:
@@ -199,7 +200,8 @@ class _CachedProber:
             self.worker.start()
             result = _probe_one(self.worker, request, request.candidate["name"], self.cap, self.budget, self.device,
                                 functools.partial(self.too_slow, precision=request.precision, method=request.method),
-                                self.turn.box() if self.turn else None)
+                                self.turn.box() if self.turn else None,
+                                decode=request.candidate["name"] not in self.decoded)
             entry = asdict(replace(result, busy_cores=busy))
             if not (result.cut_short or result.not_measured):  # a later sweep with the time to measure it all should
                 _add_to_cache(self.cache_file, fingerprint, entry)
@@ -243,6 +245,8 @@ class _CachedProber:
         return None
 
     def _remember(self, result: ProbeResult) -> None:
+        if result.decode_seconds_per_token:
+            self.decoded.add(result.model)
         for attempt in result.attempts:
             speed = attempt["batch"] / attempt["seconds_per_step"] if attempt.get("seconds_per_step") else 0.0
             place = (result.model, attempt["batch"])
@@ -292,7 +296,10 @@ def static_bytes(result: ProbeResult) -> float | None:
 
 def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, budget: int, device: Device,
                too_slow: Callable[[ProbeAttempt, str], str | None] | None = None,
-               box: TimeBox | None = None) -> ProbeResult:
+               box: TimeBox | None = None, decode: bool = True) -> ProbeResult:
+    """`decode`: a causal LM's greedy decoding is timed too (the export's answers' cost). Once a model is enough: the
+    export decodes the full-precision model whatever the trials trained (search/probe/export_time.py), and each
+    timing cost about 2 s of the LLM example's 60-s share."""
     started = time.perf_counter()
     search = find_max_micro_batch(worker, base, cap, budget,
                                   functools.partial(too_slow, model=model) if too_slow else None, box)
@@ -312,7 +319,7 @@ def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, bu
             search.measure(batch)  # below the max: fits unless memory is not monotonic, which the table would show
         eval_batch, eval_attempt = find_eval_batch(worker, base, top, budget)
     attempts = search.attempts + ([eval_attempt] if eval_attempt else [])
-    if base.task == Task.causal_lm.value and top >= 1 and not search.too_slow:  # the export's answers' cost
+    if decode and base.task == Task.causal_lm.value and top >= 1 and not search.too_slow:
         attempts.append(worker.attempt(replace(base, batch=1, mode="decode")))
     log.info("probe %s %s %s: max micro-batch %d in %d attempts", model, base.precision, base.method, top, len(attempts))
     return ProbeResult(model=model, precision=base.precision, method=base.method, seq_len=base.seq_len,

@@ -317,6 +317,18 @@ def test_a_time_limits_probe_share_ends_each_search_at_its_last_fit_and_leaves_a
     assert not any(r.cut_short or r.not_measured for r in roomy.values()) and roomy["m|fp32|full"].max_micro_batch > 4
 
 
+def test_a_causal_lms_decoding_is_timed_once_a_model_in_its_first_combination(tmp_path, monkeypatch):
+    """Each timing cost about 2 s of the LLM example's 60-s probe share, and the export decodes the full-precision
+    model whatever the trials trained: fp32 full times it; fp32 LoRA and bf16 do not."""
+    workers = _scripted_probe_processes(monkeypatch)
+    config = SweepConfig.model_validate({**yaml.safe_load(CONFIG % "fastest"), "data": {
+        "path": "chat.jsonl", "task": "causal_lm"}, "space": {"effective_batch_size": [8], "method": ["full", "lora"]}})
+    results = probe_all(config, Device("cpu", "test-cpu", 8 * 2**30), ["fp32", "bf16"], 32, 0, tmp_path / "m.json")
+    decoded = {key: [a["mode"] for a in r.attempts].count("decode") for key, r in results.items()}
+    assert decoded == {"m|fp32|full": 1, "m|fp32|lora": 0, "m|bf16|full": 0, "m|bf16|lora": 0}
+    assert results["m|fp32|full"].decode_seconds_per_token == 1.0 and len(workers) == 1
+
+
 def test_speeds_measured_under_load_are_warned_about_and_measured_again_once_the_machine_is_quieter(
         tmp_path, monkeypatch, caplog):
     workers: list[ScriptedWorker] = []
