@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -11,8 +13,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray started in a test process binds loopback only
-# The machine cache (dequantized GGUF copies) of this session, never the user's ~/.cache/finesweep.
-os.environ.setdefault("FINESWEEP_CACHE", tempfile.mkdtemp(prefix="finesweep-test-cache-"))
+# The machine cache (dequantized GGUF copies) of this session, never the user's ~/.cache/finesweep; removed at the
+# session's end (171 of them had piled up in /tmp).
+if "FINESWEEP_CACHE" not in os.environ:
+    os.environ["FINESWEEP_CACHE"] = tempfile.mkdtemp(prefix="finesweep-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["FINESWEEP_CACHE"], ignore_errors=True)
 
 from tests import tiny  # noqa: E402
 
