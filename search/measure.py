@@ -28,6 +28,9 @@ from finesweep.trainer.models import check_pooling
 # Under search.time_limit, the probe's share of it: a user who says 10 minutes wants them spent training. On 2 cores
 # the LLM example's LoRA probe alone took 6.8 minutes unbounded (micro-batches 4 to 32 at 5 to 54 s a step).
 PROBE_SHARE = 0.1
+# What the probe phase does after its last attempt, out of the same share: a stopped attempt's process killed, the
+# table printed, the space steered (the LLM example's probe phase ran 0.1 s past its tenth without it).
+PROBE_SETTLE_SECONDS = 1.0
 
 
 def measure_memory(config: SweepConfig, folder: SweepFolder, device: Device, precisions: list[str],
@@ -39,7 +42,7 @@ def measure_memory(config: SweepConfig, folder: SweepFolder, device: Device, pre
     cache = machine_probe_file()
     limit = config.search.time_limit_seconds
     results = probe_all(config, device, precisions, data.max_seq_len, labels, cache, folder.probe_file,
-                        PROBE_SHARE * limit if limit else None)
+                        max(PROBE_SHARE * limit - PROBE_SETTLE_SECONDS, 0.0) if limit else None)
     console.probe_table(results)
     if reused := sum(r.reused for r in results.values()):
         console.step(f"Probe: {reused} of {len(results)} combinations measured by an earlier sweep on this machine, "

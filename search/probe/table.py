@@ -314,6 +314,12 @@ def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, bu
                   "its share of the time limit spent (larger micro-batches not tried)")
         log.info("probe %s %s %s: stopped at micro-batch %d, %s", model, base.precision, base.method, top, reason)
         eval_batch, eval_attempt = top, None  # a forward without gradients fits where the training step did
+        if search.cut_short and top and not (box and box.bounded):
+            # fp32's evaluation speed prices the export and every evaluation (a forward pass: a fraction of the steps
+            # just measured). Without it the plan took 3x the training speed, and MiniLM evaluated at 5x: the plain
+            # file's export was predicted at 64-68 s, took 34-45, and the command ended 25-36 s under its limit.
+            eval_attempt = worker.attempt(replace(base, batch=top, mode="eval"))
+            eval_attempt = None if eval_attempt.error or eval_attempt.out_of_memory else eval_attempt
     else:
         for batch in throughput_candidates(top, {a.batch for a in search.attempts}):
             search.measure(batch)  # below the max: fits unless memory is not monotonic, which the table would show

@@ -293,9 +293,10 @@ def test_a_time_limits_probe_share_ends_each_search_at_its_last_fit_and_leaves_a
         tmp_path, monkeypatch):
     """The LLM example's LoRA probe alone took 6.8 minutes of a 10-minute limit: under search.time_limit each
     combination gets its part of the probe's share. fp32 (the others are judged by it) is measured whatever the
-    time; its search stops at the seed that fit, trying no larger micro-batch, recompute plan or evaluation batch;
-    bf16's turn, once the time is spent, is not measured (steer removes it); a cut-short answer is not cached for
-    a later sweep that has the time to measure it all."""
+    time; its search stops at the seed that fit, trying no larger micro-batch, recompute plan or evaluation batch,
+    but its evaluation speed is timed at that batch (it prices the export); bf16's turn, once the time is spent, is
+    not measured (steer removes it); a cut-short answer is not cached for a later sweep that has the time to measure
+    it all."""
     workers = _scripted_probe_processes(monkeypatch)
     config = SweepConfig.model_validate({**yaml.safe_load(CONFIG % "fastest"),
                                          "resources": {"memory_budget": "300MiB", "gradient_checkpointing": "auto"}})
@@ -304,7 +305,8 @@ def test_a_time_limits_probe_share_ends_each_search_at_its_last_fit_and_leaves_a
                         tmp_path / "record.json", seconds=0.0)
     fp32, bf16 = results["m|fp32|full"], results["m|bf16|full"]
     assert (fp32.max_micro_batch, fp32.cut_short, fp32.eval_batch_size, fp32.gradient_checkpointing) == (4, True, 4, False)
-    assert workers[0].batches == [4] and fp32.samples_per_second == 4.0
+    assert workers[0].batches == [4, 4] and fp32.samples_per_second == 4.0
+    assert [(a["batch"], a["mode"]) for a in fp32.attempts] == [(4, "train"), (4, "eval")]
     assert bf16.not_measured and bf16.max_micro_batch == 0 and not bf16.attempts
     assert not machine.exists() and json.loads((tmp_path / "record.json").read_text()), "recorded, not cached"
     removed = unmeasured_precisions(results)
