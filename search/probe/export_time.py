@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from finesweep.spaces import SweepConfig
 from finesweep.trainer.serving.evaluate import SPEED_BATCHES, SPEED_REPEATS, SPEED_ROWS, SPEED_SECONDS
+from finesweep.trainer.serving.generate import BATCH_SIZE as GENERATION_BATCH
 from finesweep.trainer.serving.generate import DECODE_REPEATS, DECODE_TOKENS
 
 if TYPE_CHECKING:
@@ -34,6 +35,10 @@ BATCH1_COST = 1.5
 # did not time decoding (an older machine cache): a decode step is latency-bound, several tokens' worth of a batched
 # forward (7 measured on SmolLM2-135M on one CPU; 37 on another, so the probe now times it).
 DECODE_TOKEN_COST = 8.0
+# A decode step of a batch of answers against one of a single row (the export generates GENERATION_BATCH answers at
+# once): the weights are read once a step and each more row adds its compute. SmolLM2-135M on 2 cores: 33 ms a step
+# at 1 row, 56 at 4, 104 at 16; priced one answer at a time, the LLM example's export was predicted at 168 s, took 105.
+GENERATION_ROW_COST = 0.15
 # The speed passes of a variant timed on a CPU the probe never measured (a GPU machine times every variant on its
 # CPU too): each of its shapes at most SPEED_SECONDS of timing after an untimed pass, taken as that bound.
 CPU_TIMING_SECONDS = 3 * SPEED_SECONDS
@@ -47,7 +52,7 @@ def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], te
     """The export's estimate: each variant is made (the ONNX one exported), scores the test split (at the slowest
     candidate's measured fp32 evaluation speed: the export evaluates a plain model, a LoRA winner merged into its
     base; slowed or sped by the variant's kernels), is timed (`timed_on_cpu_too`, a machine with CUDA: there and on the CPU) and, for a
-    causal LM, generates its answers one token at a time; the baseline is scored once beside them.
+    causal LM, generates its answers (in batches: generation_seconds); the baseline is scored once beside them.
     `thread_ratio`: the export's threads over a trial's."""
     variants = ["none"] + [q.value for q in config.export.quantization if q.value != "none"]
     eval_speed = _full_precision_speed(combinations) * min(max(thread_ratio, 1.0), EXPORT_THREADS_CAP)
@@ -64,9 +69,16 @@ def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], te
             seconds += ONNX_EXPORT_SECONDS[task]
         if task == "causal_lm":
             answers = min(config.export.generation_samples, test_rows)
-            new_tokens = seq_len // 2  # a reply is about half a row
-            seconds += slowdown * answers * new_tokens * token_seconds
+            seconds += slowdown * generation_seconds(answers, seq_len // 2, token_seconds)  # a reply: half a row
     return seconds
+
+
+def generation_seconds(answers: int, new_tokens: int, token_seconds: float) -> float:
+    """Greedy answers generated GENERATION_BATCH at a time (trainer/serving/generate.py), `new_tokens` steps a
+    batch, a step of b rows costing a single row's `token_seconds` x (1 + GENERATION_ROW_COST x (b - 1))."""
+    full, rest = divmod(answers, GENERATION_BATCH)
+    rows = [GENERATION_BATCH] * full + ([rest] if rest else [])
+    return sum(new_tokens * token_seconds * (1 + GENERATION_ROW_COST * (b - 1)) for b in rows)
 
 
 def _full_precision_speed(combinations: list[CombinationTimes]) -> float:

@@ -338,10 +338,14 @@ def test_a_causal_lms_export_adds_its_generations_token_by_token():
             "export": config.export.model_copy(update={"generation_samples": samples})})
         return export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
 
-    # 16 answers of 32 new tokens, each token DECODE_TOKEN_COST tokens of a forward pass at 1 row/s of 64 tokens,
-    # once in full precision and once at int8's slowdown.
-    per_variant = 16 * 32 * export_time.DECODE_TOKEN_COST / 64
+    # 16 answers of 32 new tokens in one batch: 32 steps of 16 rows, a row's step DECODE_TOKEN_COST tokens of a
+    # forward pass at 1 row/s of 64 tokens and each more row 0.15 of it; once in full precision, once at int8's
+    # slowdown.
+    step = export_time.DECODE_TOKEN_COST / 64
+    per_variant = 32 * step * (1 + export_time.GENERATION_ROW_COST * 15)
     assert export(16) - export(0) == pytest.approx(per_variant * (1 + export_time.VARIANT_SLOWDOWN["int8"]))
+    assert export(20) - export(16) == pytest.approx(32 * step * (1 + export_time.GENERATION_ROW_COST * 3) * 3), \
+        "four more answers: a second batch of four rows"
 
 
 def test_the_probes_measured_decoding_prices_the_answers_the_slowest_fp32_candidate_first():
@@ -358,13 +362,15 @@ def test_the_probes_measured_decoding_prices_the_answers_the_slowest_fp32_candid
     def measured(key: str, decode: float) -> CombinationTimes:
         return replace(times(key, 1.0, 1.0), decode_seconds_per_token=decode)
 
-    answers, new_tokens = config.export.generation_samples, 64 // 2
-    assert answers_cost(measured("a|fp32|full", 0.5)) == pytest.approx(answers * new_tokens * 0.5)
+    def generated(token_seconds: float) -> float:
+        return export_time.generation_seconds(config.export.generation_samples, 64 // 2, token_seconds)
+
+    assert answers_cost(measured("a|fp32|full", 0.5)) == pytest.approx(generated(0.5))
     # Per model its fp32 decoding (bf16's is not what the export runs), then the slowest model's.
     assert answers_cost(measured("a|fp32|full", 0.5), measured("a|bf16|full", 2.0),
-                        measured("b|fp32|lora", 0.8)) == pytest.approx(answers * new_tokens * 0.8)
+                        measured("b|fp32|lora", 0.8)) == pytest.approx(generated(0.8))
     assert answers_cost(times("a|fp32|full", 1.0, 1.0)) == pytest.approx(
-        answers * new_tokens * export_time.DECODE_TOKEN_COST / 64), "not measured (an older cache): the formula"
+        generated(export_time.DECODE_TOKEN_COST / 64)), "not measured (an older cache): the formula"
 
 
 def test_an_export_on_a_gpu_machine_counts_the_cpu_timing_pass_of_every_variant():
