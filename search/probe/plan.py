@@ -191,7 +191,8 @@ def simulate(lanes: list[Lane], *, evaluations: int, num_trials: int, concurrenc
     lanes (combinations) in turn, `concurrency` at once, a new one as soon as a slot frees; each has a random
     quality that its every evaluation reports; ASHA stops a trial at a rung when its quality is below the
     (1 - 1/rf) percentile of those recorded there (Ray's rule: the first at a rung always goes on); the budget ends
-    what runs when it is spent, and no trial starts that would not reach its first evaluation before that. `qualities`: the trials' qualities in order, instead of random ones."""
+    what runs when it is spent, and no trial starts that could not evaluate before that (it would only delay the
+    winner). `qualities`: the trials' qualities in order, instead of random ones."""
     rng = random.Random(seed)
     rungs: dict[int, list[float]] = {m: [] for m in (milestones or []) if m < evaluations}
     outcome = Simulated(0.0, 0, 0, 0, 0)
@@ -202,7 +203,6 @@ def simulate(lanes: list[Lane], *, evaluations: int, num_trials: int, concurrenc
         return lanes[trial % len(lanes)]
 
     def start(at: float) -> None:
-        # A trial that cannot evaluate before the budget ends is not started: it would only delay the winner.
         late = at > 0 and time_budget is not None and at + TRIAL_START_SECONDS + lane(outcome.started).period_seconds \
             > time_budget
         if outcome.started < num_trials and not late:

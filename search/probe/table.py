@@ -187,7 +187,7 @@ class _CachedProber:
     fastest: dict[tuple[str, int], tuple[float, str]] = field(default_factory=dict)  # (model, batch) -> samples/s, key
     record_file: Path | None = None  # the sweep's own copy of the answers it used (cache_file is the machine's)
     full_precision: dict[tuple[str, str, int], float] = field(default_factory=dict)  # (model, method, batch) -> fp32's
-    decoded: set[str] = field(default_factory=set)  # models whose greedy decoding is timed (once a model: see _probe_one)
+    decoded: set[str] = field(default_factory=set)  # models whose decoding is timed (once a model: see _probe_one)
     turn: Turn | None = None  # the time of the combination now probed (see probe_all); None: no time limit
 
     def measure(self, base: ProbeRequest, checkpointing: bool) -> ProbeResult:
