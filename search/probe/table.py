@@ -129,6 +129,7 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
     turns = [(model, precision, method.value) for model in config.model_names for precision in ordered
              for method in config.space.method]
     end = time.monotonic() + seconds if seconds is not None else None
+    floor = min(min(config.space.effective_batch_size), cap)  # below it every step accumulates (TimeBox.floor)
     results: dict[str, ProbeResult] = {}
     try:
         for index, (model, precision, method) in enumerate(turns):
@@ -137,7 +138,7 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
                                                                                    seq_len, device, prober.budget)
                 continue
             prober.turn = None if end is None else Turn(end, len(turns) - index, bounded=precision != ordered[0],
-                                                        floor=min(min(config.space.effective_batch_size), cap))
+                                                        floor=floor)
             base = ProbeRequest(candidate=config.candidate(model).model_dump(), task=config.data.task.value,
                                 num_labels=num_labels, precision=precision, method=method, seq_len=seq_len,
                                 batch=cap, trust_remote_code=config.trust_remote_code)
@@ -158,7 +159,7 @@ class Turn:
     turns_left: int  # this one included
     bounded: bool
     floor: int
-    _box: TimeBox | None = None
+    _box: TimeBox | None = field(default=None, init=False, repr=False)
 
     def box(self) -> TimeBox:
         if self._box is None:
