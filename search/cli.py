@@ -148,11 +148,10 @@ def data(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
     with user_errors():
         config = _load(sweep_file)
         from finesweep.search.outputs.console import Console
-        from finesweep.search.inputs import dequantize_gguf, prepare_data, read_data, sweep_folder
+        from finesweep.search.inputs import prepare_data, sweep_folder, tokenizer_candidates
 
-        folder, console = sweep_folder(config), Console()
-        prepared = read_data(config, folder)  # before a GGUF candidate is dequantized: data errors in seconds
-        prepare_data(dequantize_gguf(config, console), folder, console, prepared)
+        # A GGUF candidate's tokenizer is read from the file: the data is checked without dequantizing anything.
+        prepare_data(tokenizer_candidates(config), sweep_folder(config), Console())
 
 
 @app.command()
@@ -168,12 +167,12 @@ def probe(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
         from finesweep.search.probe.device import resolve_device, usable_precisions
 
         console, folder = Console(), inputs.sweep_folder(config)
-        read = inputs.read_data(config, folder)  # data errors before a GGUF candidate is dequantized
+        # Data, tokens and lengths before a GGUF candidate is dequantized: their errors in seconds.
+        prepared = inputs.prepare_data(inputs.tokenizer_candidates(config), folder, console)
         log_to_file(folder.log_file)  # the libraries' warnings, the probe process's included, go there
         config = inputs.dequantize_gguf(config, console)
         device = resolve_device(use_gpu=config.resources.gpus_per_trial != 0)
         precisions = usable_precisions([p.value for p in config.space.precision], device)
-        prepared = inputs.prepare_data(config, folder, console, read)
         measure.measure_memory(config, folder, device, precisions, prepared, console)
 
 

@@ -1,14 +1,15 @@
-"""What a sweep trains on, made ready before the probe: its folder, its GGUF candidates dequantized into plain model
-folders, and its data prepared and tokenized per candidate (in the chat template each one renders with)."""
+"""What a sweep trains on, made ready before the probe: its folder, its data prepared and tokenized per candidate (in
+the chat template each one renders with; a GGUF candidate's tokenizer read from the file), and its GGUF candidates
+dequantized into plain model folders, in that order: a data or length error is said before a minute of dequantizing."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from finesweep.search.outputs.console import Console
-from finesweep.spaces import SweepConfig, Task
+from finesweep.spaces import ModelCandidate, SweepConfig, Task
 from finesweep.spaces.files import CACHE_ENV, machine_cache
 from finesweep.trainer import data, gguf, models
 from finesweep.trainer.data.chat import resolve_template
@@ -64,26 +65,45 @@ class PreparedSweep:
 
 def dequantize_gguf(config: SweepConfig, console: Console) -> SweepConfig:
     """The config with each GGUF candidate of the space replaced by its dequantized folder in the machine's cache
-    (made once per file content on the machine, shared by every sweep; see trainer/gguf.py), so data, probe, trials and export load a plain model folder. The
-    candidate keeps its GGUF file on record (gguf_origin) for the model card. A config already resolved (resume,
-    re-export: the saved config is this one) comes back unchanged, unless its folder is gone (the cache was
-    cleared): then the folder is made again from the GGUF file."""
+    (made once per file content on the machine, shared by every sweep; see trainer/gguf.py), so probe, trials and
+    export load a plain model folder. The candidate keeps its GGUF file on record (gguf_origin) for the model card.
+    A config already resolved (resume, re-export: the saved config is this one) comes back unchanged, unless its
+    folder is gone (the cache was cleared): then the folder is made again from the GGUF file."""
+    def dequantized(candidate: ModelCandidate, cache: Path) -> ModelCandidate:
+        found = gguf.cached_folder(gguf.gguf_path(candidate), cache)
+        if found is None:
+            console.step(f"Dequantizing GGUF candidate {candidate.name} ({candidate.gguf_file}) into {cache} "
+                         f"(once per file on this machine; {CACHE_ENV} sets the folder)")
+        candidate = gguf.dequantized_candidate(candidate, cache, found)  # found: no second read of the file
+        size = gguf.folder_bytes(Path(candidate.path)) / 2**20
+        console.step(f"GGUF candidate {candidate.name}: {'reusing ' if found else ''}its dequantized copy "
+                     f"({size:,.0f} MiB) in {candidate.path}; delete {cache / gguf.CACHE_SUBFOLDER} to free the space")
+        return candidate
+
+    return _gguf_candidates(config, dequantized)
+
+
+def tokenizer_candidates(config: SweepConfig) -> SweepConfig:
+    """The config the data is tokenized and measured with before any GGUF file is dequantized, so that a length
+    that leaves no reply is said in seconds: a GGUF candidate's dequantized copy where this machine has one (its
+    folder loads in a second), else the GGUF file itself, whose tokenizer and config transformers reads from its
+    metadata alone (SmolLM2-135M: 6 s, against 60 s to dequantize). The copy's tokenizer is the file's, saved
+    (trainer/gguf.py), so the tokens are the same either way."""
+    def copy_if_made(candidate: ModelCandidate, cache: Path) -> ModelCandidate:
+        found = gguf.cached_folder(gguf.gguf_path(candidate), cache)
+        return gguf.dequantized_candidate(candidate, cache, found) if found else candidate
+
+    return _gguf_candidates(config, copy_if_made)
+
+
+def _gguf_candidates(config: SweepConfig, resolve: Callable[[ModelCandidate, Path], ModelCandidate]) -> SweepConfig:
+    """The config with `resolve` applied to each GGUF candidate of the space (a resolved one whose folder is gone
+    is its GGUF file again), after the check that every GGUF file can be read here."""
     config = config.model_copy(update={"models": [gguf.from_lost_folder(m) for m in config.models]})
     gguf.check_gguf(config)
     cache = machine_cache()
-    models = []
-    for candidate in config.models:
-        if candidate.gguf_file and candidate.name in config.model_names:
-            found = gguf.cached_folder(gguf.gguf_path(candidate), cache)
-            if found is None:
-                console.step(f"Dequantizing GGUF candidate {candidate.name} ({candidate.gguf_file}) into {cache} "
-                             f"(once per file on this machine; {CACHE_ENV} sets the folder)")
-            candidate = gguf.dequantized_candidate(candidate, cache, found)  # found: no second read of the file
-            size = gguf.folder_bytes(Path(candidate.path)) / 2**20
-            console.step(f"GGUF candidate {candidate.name}: {'reusing ' if found else ''}its dequantized copy "
-                         f"({size:,.0f} MiB) in {candidate.path}; delete {cache / gguf.CACHE_SUBFOLDER} to free the space")
-        models.append(candidate)
-    return config.model_copy(update={"models": models})
+    return config.model_copy(update={"models": [
+        resolve(m, cache) if m.gguf_file and m.name in config.model_names else m for m in config.models]})
 
 
 def read_data(config: SweepConfig, folder: SweepFolder):

@@ -9,7 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from finesweep.search.inputs import PreparedSweep, SweepFolder, dequantize_gguf, prepare_data, read_data
+from finesweep.search.inputs import (PreparedSweep, SweepFolder, dequantize_gguf, prepare_data, read_data,
+                                     tokenizer_candidates)
 from finesweep.search.outputs.console import Console
 from finesweep.search.outputs.logs import log_to_file
 from finesweep.search.outputs.export import check_backends
@@ -103,9 +104,9 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
     if len(methods) < len(config.space.method):
         config = config.model_copy(update={"space": config.space.model_copy(update={"method": [Method(m) for m in methods]})})
     console.header(config, device, folder.root)
-    prepared = read_data(config, folder)  # before a GGUF candidate's minute of dequantizing: data errors first
+    # Data, tokens and lengths before a GGUF candidate's minute of dequantizing: their errors come first.
+    data = prepare_data(tokenizer_candidates(config), folder, console, read_data(config, folder))
     config = dequantize_gguf(config, console)
-    data = prepare_data(config, folder, console, prepared)
     clock.lap("data")
     probes = measure_memory(config, folder, device, precisions, data, console)
     config, precisions = steer_by_speed(config, precisions, probes, console)

@@ -126,16 +126,38 @@ def test_resume_after_the_cache_was_cleared_makes_the_folder_again(gguf_sweep):
     assert (sweep_dir / "export" / "model" / "model.safetensors").is_file()
 
 
-def test_the_data_command_tokenizes_with_the_dequantized_folders_tokenizer_and_a_second_sweep_reuses_it(
-        tiny_llama_gguf, tmp_path):
+def test_the_data_command_reads_the_gguf_files_tokenizer_and_the_copys_gives_the_same_tokens(tiny_llama_gguf, tmp_path):
+    """`finesweep data` needs the tokenizer alone: read from the GGUF file's metadata, nothing dequantized. Once the
+    machine has the copy, another sweep's data is tokenized with the copy's tokenizer into the same tokens and the
+    same loss masks."""
+    from finesweep.trainer import gguf
+
     folder = _gguf_folder(tmp_path, tiny_llama_gguf)
     result = finesweep("data", "sweep.yaml", cwd=folder, env=_machine(folder))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "llama tokens: p50" in result.stdout and "Dequantizing GGUF candidate llama" in result.stdout
-    assert [p.name for p in _copies(folder)] and all((p / "model.safetensors").is_file() for p in _copies(folder))
-    # Another sweep (another name, another folder) on the same file: the machine's copy, not a second one.
+    assert "llama tokens: p50" in result.stdout and "Dequantizing" not in result.stdout
+    assert not _copies(folder)
+    gguf.dequantized_folder(folder / "model" / tiny.TINY_GGUF_NAME, folder / "machine-cache")
     (folder / "other.yaml").write_text(GGUF_SWEEP.replace("name: tiny-gguf", "name: another-sweep"))
     again = finesweep("data", "other.yaml", cwd=folder, env=_machine(folder))
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    file_tokens, copy_tokens = [_tokenized(folder / "runs" / name) for name in ("tiny-gguf", "another-sweep")]
+    for split in ("train", "validation", "test"):
+        assert file_tokens[split]["input_ids"] == copy_tokens[split]["input_ids"]
+        assert file_tokens[split]["labels"] == copy_tokens[split]["labels"]  # the same replies trained
+
+
+def _tokenized(sweep_dir: Path):
+    from finesweep.trainer.data import load_tokenized
+
+    (entry,) = (sweep_dir / "cache" / "tokenized").iterdir()
+    return load_tokenized(entry)
+
+
+def test_a_second_sweep_on_the_same_gguf_file_reuses_the_machines_copy(gguf_sweep):
+    folder, _ = gguf_sweep
+    (folder / "other.yaml").write_text(GGUF_SWEEP.replace("name: tiny-gguf", "name: another-sweep"))
+    again = finesweep("probe", "other.yaml", cwd=folder, env=_machine(folder))
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     out = " ".join(again.stdout.split())
     assert "Dequantizing" not in out and "GGUF candidate llama: reusing its dequantized copy" in out
@@ -204,11 +226,14 @@ def test_a_data_error_with_a_gguf_candidate_is_said_before_anything_is_dequantiz
 
 
 def test_a_max_seq_len_that_leaves_no_reply_is_a_clear_error_with_the_length_that_keeps_them(tiny_llama_gguf, tmp_path):
-    """max_seq_len 8: the template's system turn alone fills it, so no conversation keeps a reply token."""
+    """max_seq_len 8: the template's system turn alone fills it, so no conversation keeps a reply token; said in
+    seconds, before the GGUF file is dequantized."""
     folder = _gguf_folder(tmp_path, tiny_llama_gguf)
     (folder / "sweep.yaml").write_text(GGUF_SWEEP.replace("task: causal_lm", "task: causal_lm\n  max_seq_len: 8"))
-    result = finesweep("data", "sweep.yaml", cwd=folder, env=_machine(folder))
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stdout[-2000:] + result.stderr[-2000:]
+    for command in ("run", "data"):  # said before the GGUF file is dequantized (the tokenizer is read from it)
+        result = finesweep(command, "sweep.yaml", cwd=folder, env=_machine(folder))
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stdout[-2000:] + result.stderr[-2000:]
+        assert not _copies(folder) and "Dequantizing" not in result.stdout
     message = " ".join(result.stderr.split())
     assert "data.max_seq_len 8 leaves no reply token in" in message and "(model 'llama')" in message
     keep = int(message.split("raise data.max_seq_len to at least ")[1].split(" ")[0])
