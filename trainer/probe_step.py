@@ -62,6 +62,7 @@ class ProbeAttempt:
     steps: int = 0  # steps run (forward-only ones included): the probe's cost
     mode: str = "train"
     timed_out: bool = False  # stopped at its deadline (its process killed): nothing measured
+    parameters: int = 0  # the loaded model's weights (LoRA's included): the export saves and loads that many
 
     @property
     def samples_per_second(self) -> float:
@@ -172,8 +173,17 @@ def run_attempt(request: ProbeRequest, cache: _ModelCache, gauge: MemoryGauge, d
     try:
         seconds = run(model, request, device)
     except torch.OutOfMemoryError:
-        return ProbeAttempt(request.batch, gauge.peak(), 0.0, out_of_memory=True, steps=steps, mode=request.mode)
-    return ProbeAttempt(request.batch, gauge.peak(), seconds, steps=steps, mode=request.mode)
+        return ProbeAttempt(request.batch, gauge.peak(), 0.0, out_of_memory=True, steps=steps, mode=request.mode,
+                            parameters=_parameters(model))
+    return ProbeAttempt(request.batch, gauge.peak(), seconds, steps=steps, mode=request.mode,
+                        parameters=_parameters(model))
+
+
+def _parameters(model) -> int:
+    """Its weights' count as the export saves them: peft's and transformers' counts both unpack a 4-bit layer
+    (bitsandbytes stores two values a byte)."""
+    count = getattr(model, "get_nb_trainable_parameters", None)
+    return int(count()[1]) if count else int(model.num_parameters())
 
 
 def _autocast(request: ProbeRequest, device: str):

@@ -1,8 +1,8 @@
 """The export's time, estimated before the search for the plan's predicted end: per exported variant its making, its
 test-split scoring at the probe's evaluation speed, its speed passes (as many as trainer/serving/evaluate.py times at
 that speed), and a causal LM's generated answers; the baseline's test pass (and a causal LM's untuned base model's)
-once. Only the costs the probe cannot measure (loading and saving, the ONNX graph's writing) are fixed, taken from
-this project's runs; benchmarks/README.md compares the plan's predicted end with the real one. Pure: no model loaded.
+once. Only the costs the probe cannot time (loading, saving and registering, by the weights the probe counted; the
+ONNX graph's writing) are taken from this project's runs; benchmarks/README.md compares the plan's predicted end with the real one. Pure: no model loaded.
 """
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ from finesweep.trainer.serving.generate import DECODE_REPEATS, DECODE_TOKENS
 if TYPE_CHECKING:
     from finesweep.search.probe.plan import CombinationTimes
 
-# Per exported variant: loading and saving it, the model card and the registry's entry (MiniLM: 1.5 s to load and
-# save on 2 cores, AVX-512; the rest of the export's bookkeeping about as much again).
+# Per exported variant (and per reference pass: the baseline's checkpoint, a causal LM's base model): loading and
+# saving it, the model card and the registry's entry; a fixed part and one that grows with the float32 weights, as
+# the probe counted them. EXPORT_FIXED_SECONDS where the probe's answer has no count (an older machine cache).
 EXPORT_FIXED_SECONDS = 4.0
+EXPORT_PASS_SECONDS = 2.0
+EXPORT_SECONDS_PER_GB = 20.0
 # Test-split inference of a quantized variant against full precision: bitsandbytes' kernels are slower (measured
 # 1.8x for int8 on CPU, 4.2x int8 and 1.9x nf4 on an H100); torchao's int8 about as fast as full precision on CPU,
 # its GPU variants taken as fast as full precision until measured on a GPU. ONNX Runtime's int8 scores the test
@@ -59,10 +62,11 @@ def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], te
     row_seconds = 1.0 / eval_speed
     task = config.data.task.value
     token_seconds = _decode_seconds(combinations) or DECODE_TOKEN_COST * row_seconds / seq_len
-    seconds = _reference_passes(config, test_rows * row_seconds)
+    per_pass = pass_seconds(combinations)
+    seconds = _reference_passes(config, per_pass + test_rows * row_seconds)
     for variant in variants:
         slowdown = VARIANT_SLOWDOWN.get(variant, 2.0)
-        seconds += EXPORT_FIXED_SECONDS + slowdown * (test_rows * row_seconds
+        seconds += per_pass + slowdown * (test_rows * row_seconds
                                                       + speed_pass_seconds(row_seconds, seq_len, task, token_seconds))
         seconds += CPU_TIMING_SECONDS * timed_on_cpu_too
         if variant == "onnx-int8":
@@ -122,10 +126,17 @@ def _decode_seconds(combinations: list[CombinationTimes]) -> float:
                default=0.0)
 
 
-def _reference_passes(config: SweepConfig, test_pass_seconds: float) -> float:
+def pass_seconds(combinations: list[CombinationTimes]) -> float:
+    """One variant's or reference's loading, saving and registering, for the largest candidate (the winner may be
+    any); the flat EXPORT_FIXED_SECONDS where the probe counted no weights."""
+    weight_bytes = max((c.weight_bytes for c in combinations), default=0)
+    return EXPORT_PASS_SECONDS + EXPORT_SECONDS_PER_GB * weight_bytes / 1e9 if weight_bytes else EXPORT_FIXED_SECONDS
+
+
+def _reference_passes(config: SweepConfig, pass_and_test_seconds: float) -> float:
     """The baseline trial's checkpoint scored on the test split (search.baseline; a grid search runs none), and a
     causal LM's untuned base model too: full-precision passes beside the variants'."""
     if config.search.baseline == "off" or config.search.algorithm == "grid":
         return 0.0
     passes = 2 if config.data.task.value == "causal_lm" else 1
-    return passes * (EXPORT_FIXED_SECONDS + test_pass_seconds)
+    return passes * pass_and_test_seconds

@@ -12,7 +12,6 @@ for. Then the plan simulates the search (ASHA's rungs and cut-off exactly as Ray
 quality, `max_concurrent_trials` at once, the budget) to count the trials that can start and evaluate in it, which
 become num_trials (never raised), so TPE's random start-up is sized for the trials that will really run. The
 simulation also predicts the search's seconds; with the export's estimate, the end time printed before the search.
-
 Pure: no Ray, no MLflow, no model loaded.
 """
 
@@ -53,6 +52,7 @@ class CombinationTimes:
     seconds_per_step: float  # one optimizer step at the space's mean effective batch
     seconds_per_evaluation: float  # one pass over the validation split
     decode_seconds_per_token: float = 0.0  # a causal LM's greedy decoding at batch 1, as the probe measured it
+    weight_bytes: int = 0  # the model's float32 weights, as the probe counted them (0: an older cache's answer)
 
     def period_seconds(self, eval_every_steps: int) -> float:
         """One evaluation period: the steps between two evaluations and the evaluation."""
@@ -159,7 +159,7 @@ def combination_times(probes: dict[str, ProbeResult], effective_batches: list[in
             speed /= padded_fraction(lengths[result.model], result.micro_batch, result.seq_len, train_sorted)
             eval_speed /= padded_fraction(lengths[result.model], eval_batch, result.seq_len, eval_sorted)
         times.append(CombinationTimes(key, speed, eval_speed, mean_batch / speed, validation_rows / eval_speed,
-                                      result.decode_seconds_per_token))
+                                      result.decode_seconds_per_token, result.weight_bytes))
     return times
 
 

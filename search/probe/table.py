@@ -77,6 +77,11 @@ class ProbeResult:
         return attempt["batch"] / attempt["seconds_per_step"] if attempt and attempt["seconds_per_step"] else 0.0
 
     @property
+    def weight_bytes(self) -> int:
+        """The model's weights in float32, as the export saves and loads them (0: an older cache's answer)."""
+        return 4 * max((a.get("parameters", 0) for a in self.attempts), default=0)
+
+    @property
     def decode_seconds_per_token(self) -> float:
         """A causal LM's measured greedy decoding at batch 1 (0.0: not measured: a classifier, an older cache)."""
         decoded = [a for a in self.attempts if a.get("mode") == "decode" and a.get("seconds_per_step") and not a.get("error")]
@@ -340,10 +345,10 @@ def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, bu
 
 def _fingerprint(request: ProbeRequest, device: Device, budget: int, threads: int) -> str:
     """What a probe result depends on: the model (its files as they are now), how it trains, the device, the threads
-    timing it and the libraries measuring it. A causal LM's answers also hold its decoding's timing (answers cached
-    before the probe timed decoding lack it, so they are measured again)."""
+    timing it and the libraries measuring it. A causal LM's answers also hold its decoding's timing, and every answer
+    the model's parameter count (answers cached before either lack it, so they are measured again)."""
     decoding = {"decode_tokens": DECODE_PROBE_TOKENS} if request.task == Task.causal_lm.value else {}
-    return json.dumps({**decoding, "candidate": request.candidate, "files": model_files(request.candidate.get("path")),
+    return json.dumps({**decoding, "counts": "parameters", "candidate": request.candidate, "files": model_files(request.candidate.get("path")),
                        "task": request.task, "labels": request.num_labels,
                        "precision": request.precision, "method": request.method, "seq_len": request.seq_len,
                        "lora_r": request.lora_r, "checkpointing": request.gradient_checkpointing, "cap": request.batch,

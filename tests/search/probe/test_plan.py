@@ -404,6 +404,29 @@ def test_the_baseline_adds_one_test_pass_to_the_export_and_a_causal_lms_untuned_
     assert export("causal_lm", "auto") - export("causal_lm", "off") == pytest.approx(2 * one_pass)
 
 
+def test_each_export_pass_costs_more_for_a_larger_model_as_the_probe_counted_its_weights():
+    """Loading, saving and registering grow with the weights: the largest candidate's (the winner may be any) sets
+    each variant's and each reference pass's cost; an answer without a count (an older cache) keeps the flat one."""
+    config = _config()  # full precision and int8, a baseline: three passes
+
+    def export(*weight_bytes: int) -> float:
+        combinations = [CombinationTimes(f"m{i}|fp32|full", 1.0, 1.0, 1.0, 1.0, weight_bytes=size)
+                        for i, size in enumerate(weight_bytes)]
+        return export_time.export_seconds(config, combinations, test_rows=40, seq_len=64)
+
+    small, large = 90_000_000, 540_000_000
+    assert export(small, large) == export(large) > export(small)
+    grown = 3 * export_time.EXPORT_SECONDS_PER_GB * (large - small) / 1e9
+    assert export(large) - export(small) == pytest.approx(grown)
+    assert export(0) - export(small) == pytest.approx(
+        3 * (export_time.EXPORT_FIXED_SECONDS - export_time.pass_seconds([CombinationTimes("m", 1, 1, 1, 1, 0, small)])))
+    assert probe("m", "fp32", 8.0).weight_bytes == 0
+    counted = probe("m", "fp32", 8.0)
+    counted.attempts[0]["parameters"] = 1000
+    assert counted.weight_bytes == 4000 and planning.combination_times(
+        {"m": counted}, [8], validation_rows=80)[0].weight_bytes == 4000
+
+
 def test_a_cpu_export_scores_the_test_split_with_every_core_where_the_probe_timed_one_trials():
     """The test-split passes speed up with the export's threads over a trial's, up to EXPORT_THREADS_CAP; the fixed
     costs (saving, ONNX export, speed passes) do not."""

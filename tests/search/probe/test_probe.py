@@ -365,6 +365,12 @@ def test_busy_cores_is_the_busy_share_of_cpu_time_times_the_cores():
     assert busy_cores(window=0, read_stat=lambda: None) is None and not contended(None, threads=8, cores=1)
 
 
+def _parameters(folder) -> int:
+    from transformers import AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification.from_pretrained(folder, num_labels=3).num_parameters()
+
+
 def test_real_probe_process_measures_peak_memory_and_finds_the_exact_budget_limit(tiny_classifier):
     """Real steps in a real spawned process: the answer's peak fits the budget and the next batch's does not."""
     worker = ProbeWorker(resolve_device(), threads=1)
@@ -379,6 +385,8 @@ def test_real_probe_process_measures_peak_memory_and_finds_the_exact_budget_limi
         assert small.error is None and large.error is None and evaluation.error is None
         assert large.peak_bytes > small.peak_bytes > 0 and small.seconds_per_step > 0 and small.steps == 2
         assert evaluation.peak_bytes < large.peak_bytes  # no_grad keeps no activations for a backward pass
+        # Every attempt counts the loaded model's weights, which the export's estimate grows with.
+        assert small.parameters == evaluation.parameters == _parameters(tiny_classifier) > 0
         again = worker.attempt(base)  # after a far larger attempt in the same process: the same peak (pinned malloc)
         assert again.peak_bytes == pytest.approx(small.peak_bytes, rel=0.02)
         # A budget between the two peaks makes the answer lie strictly between 1 and 256.
