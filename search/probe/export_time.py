@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from finesweep.spaces import SweepConfig
-from finesweep.trainer.serving.evaluate import SPEED_BATCHES, SPEED_REPEATS, SPEED_ROWS, SPEED_SECONDS
+from finesweep.trainer.serving.evaluate import SPEED_BATCHES, SPEED_REPEATS, SPEED_ROWS, SPEED_SECONDS, WARM_UP_ROWS
 from finesweep.trainer.serving.generate import BATCH_SIZE as GENERATION_BATCH
 from finesweep.trainer.serving.generate import DECODE_REPEATS, DECODE_TOKENS
 
@@ -18,11 +18,13 @@ if TYPE_CHECKING:
     from finesweep.search.probe.plan import CombinationTimes
 
 # Per exported variant (and per reference pass: the baseline's checkpoint, a causal LM's base model): loading and
-# saving it, the model card and the registry's entry; a fixed part and one that grows with the float32 weights, as
-# the probe counted them. EXPORT_FIXED_SECONDS where the probe's answer has no count (an older machine cache).
+# saving it, the model card and the registry's entry. Measured on 2 cores (AVX-512, the files in the page cache):
+# 3.9 s for MiniLM's 91 MB of float32 weights, 4.4 s for SmolLM2-135M's 538 MB. The part that grows with the weights
+# (as the probe counted them) is what a model of gigabytes adds, read and written at about 0.7 GB/s: not yet measured
+# on one. EXPORT_FIXED_SECONDS where the probe's answer has no count (an older machine cache).
 EXPORT_FIXED_SECONDS = 4.0
-EXPORT_PASS_SECONDS = 2.0
-EXPORT_SECONDS_PER_GB = 20.0
+EXPORT_PASS_SECONDS = 3.8
+EXPORT_SECONDS_PER_GB = 1.5
 # Test-split inference of a quantized variant against full precision: bitsandbytes' kernels are slower (measured
 # 1.8x for int8 on CPU, 4.2x int8 and 1.9x nf4 on an H100); torchao's int8 about as fast as full precision on CPU,
 # its GPU variants taken as fast as full precision until measured on a GPU. ONNX Runtime's int8 scores the test
@@ -62,11 +64,11 @@ def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], te
     row_seconds = 1.0 / eval_speed
     task = config.data.task.value
     token_seconds = _decode_seconds(combinations) or DECODE_TOKEN_COST * row_seconds / seq_len
-    per_pass = pass_seconds(combinations)
-    seconds = _reference_passes(config, per_pass + test_rows * row_seconds)
+    per_pass, test_pass = pass_seconds(combinations), (test_rows + min(WARM_UP_ROWS, test_rows)) * row_seconds
+    seconds = _reference_passes(config, per_pass + test_pass)
     for variant in variants:
         slowdown = VARIANT_SLOWDOWN.get(variant, 2.0)
-        seconds += per_pass + slowdown * (test_rows * row_seconds
+        seconds += per_pass + slowdown * (test_pass
                                                       + speed_pass_seconds(row_seconds, seq_len, task, token_seconds))
         seconds += CPU_TIMING_SECONDS * timed_on_cpu_too
         if variant == "onnx-int8":

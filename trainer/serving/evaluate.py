@@ -21,12 +21,13 @@ if TYPE_CHECKING:
 
 # Label positions the loss ignores (prompt and padding tokens of a causal LM).
 IGNORE_INDEX = -100
+WARM_UP_ROWS = 2  # the untimed rows before a test pass (see _warm_up)
 
 
 def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batch_size: int = 32) -> dict[str, float]:
     """Metrics of `model` on `dataset` (rows of input_ids, attention_mask, labels), plus latency per sample: the
-    wall time of the pass in batches of `batch_size` (after one untimed warm-up batch) over the rows, taken longest
-    first (longest_first).
+    wall time of the pass in batches of `batch_size` (after an untimed warm-up on WARM_UP_ROWS rows) over the rows,
+    taken longest first (longest_first).
 
     classification: accuracy, f1_macro, loss; causal_lm: loss (mean over response tokens) and perplexity.
     """
@@ -36,12 +37,13 @@ def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batc
     model.eval()
     tally = _ClassTally() if Task(task) == Task.classification else _TokenTally()
     dataset = longest_first(dataset)
-    _warm_up(model, dataset, collate, batch_size, device)
+    _warm_up(model, dataset, collate, device)
     start = time.perf_counter()
     with torch.no_grad():
         for batch in _batches(dataset, collate, batch_size):
-            batch = {key: value.to(device) for key, value in batch.items()}
-            tally.add(model(**batch), batch["labels"])
+            labels = batch["labels"].to(device)
+            inputs = {key: value.to(device) for key, value in batch.items() if key != "labels" or tally.model_loss}
+            tally.add(model(**inputs), labels)
     seconds = time.perf_counter() - start
     metrics = tally.result()
     metrics["latency_ms_per_sample"] = 1000 * seconds / max(len(dataset), 1)
@@ -102,12 +104,13 @@ def median_seconds(work: Callable[[], Any], device: "torch.device", repeats: int
     return statistics.median(seconds)
 
 
-def _warm_up(model: Any, dataset: "Dataset", collate: Callable, batch_size: int, device: "torch.device") -> None:
-    """One untimed batch: first-call work (bitsandbytes repacks 4-bit weights, kernels load) is not latency."""
+def _warm_up(model: Any, dataset: "Dataset", collate: Callable, device: "torch.device") -> None:
+    """An untimed pass over the first rows: first-call work (bitsandbytes repacks 4-bit weights, kernels load) is not
+    latency. A few rows do it: a whole batch of an LLM's longest rows cost 10 s of each test pass on 2 cores."""
     import torch
 
     with torch.no_grad():
-        for batch in _batches(dataset.select(range(min(batch_size, len(dataset)))), collate, batch_size):
+        for batch in _batches(dataset.select(range(min(WARM_UP_ROWS, len(dataset)))), collate, WARM_UP_ROWS):
             model(**{key: value.to(device) for key, value in batch.items()})
 
 
@@ -175,6 +178,8 @@ def _batches(dataset: "Dataset", collate: Callable, batch_size: int):
 class _ClassTally:
     """Predictions and size-weighted loss over the batches of a classification split."""
 
+    model_loss = True
+
     def __init__(self) -> None:
         self.predicted: list[np.ndarray] = []
         self.labels: list[np.ndarray] = []
@@ -194,6 +199,8 @@ class _ClassTally:
 
 class _TokenTally:
     """Token-weighted loss of a causal LM: every response token counts once, however the batches fall."""
+
+    model_loss = False  # recomputed from the logits: the model's own (a second pass over the vocabulary) is not asked
 
     def __init__(self) -> None:
         self.loss_sum = 0.0

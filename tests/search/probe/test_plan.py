@@ -16,7 +16,7 @@ from finesweep.search.probe.table import ProbeResult
 from finesweep.search.tuning import ray_compat
 from finesweep.spaces import SweepConfig, Task, parse_duration
 from finesweep.trainer.data.lengths import percentiles
-from finesweep.trainer.serving.evaluate import SPEED_SECONDS
+from finesweep.trainer.serving.evaluate import SPEED_SECONDS, WARM_UP_ROWS
 
 START = planning.TRIAL_START_SECONDS
 
@@ -175,8 +175,9 @@ def test_a_sweep_without_budget_keeps_its_length_and_trials_and_predicts_their_t
     # Full precision and int8, each made, scoring 40 test rows at 40 rows/s and timed at that speed; the baseline's
     # checkpoint scored once beside them.
     int8 = export_time.VARIANT_SLOWDOWN["int8"]
-    per_variant = 40 / 40.0 + export_time.speed_pass_seconds(1 / 40.0, 64, "classification")
-    baseline = export_time.EXPORT_FIXED_SECONDS + 40 / 40.0
+    test_pass = (40 + WARM_UP_ROWS) / 40.0  # the test rows and the untimed warm-up's
+    per_variant = test_pass + export_time.speed_pass_seconds(1 / 40.0, 64, "classification")
+    baseline = export_time.EXPORT_FIXED_SECONDS + test_pass
     assert plan.export_seconds == pytest.approx(2 * export_time.EXPORT_FIXED_SECONDS + (1 + int8) * per_variant + baseline)
 
 
@@ -399,7 +400,7 @@ def test_the_baseline_adds_one_test_pass_to_the_export_and_a_causal_lms_untuned_
                                            "export": config.export.model_copy(update={"generation_samples": 0})})
         return export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
 
-    one_pass = export_time.EXPORT_FIXED_SECONDS + 40 / 1.0
+    one_pass = export_time.EXPORT_FIXED_SECONDS + (40 + WARM_UP_ROWS) / 1.0
     assert export("classification", "auto") - export("classification", "off") == pytest.approx(one_pass)
     assert export("causal_lm", "auto") - export("causal_lm", "off") == pytest.approx(2 * one_pass)
 
