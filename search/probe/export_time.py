@@ -2,7 +2,8 @@
 test-split scoring at the probe's evaluation speed, its speed passes (as many as trainer/serving/evaluate.py times at
 that speed), and a causal LM's generated answers; the baseline's test pass (and a causal LM's untuned base model's)
 once. Only the costs the probe cannot time (loading, saving and registering, by the weights the probe counted; the
-ONNX graph's writing) are taken from this project's runs; benchmarks/README.md compares the plan's predicted end with the real one. Pure: no model loaded.
+ONNX graph's writing) are taken from this project's runs; benchmarks/README.md compares the plan's predicted end
+with the real one. Pure: no model loaded.
 """
 
 from __future__ import annotations
@@ -68,8 +69,7 @@ def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], te
     seconds = _reference_passes(config, per_pass + test_pass)
     for variant in variants:
         slowdown = VARIANT_SLOWDOWN.get(variant, 2.0)
-        seconds += per_pass + slowdown * (test_pass
-                                                      + speed_pass_seconds(row_seconds, seq_len, task, token_seconds))
+        seconds += per_pass + slowdown * (test_pass + speed_pass_seconds(row_seconds, seq_len, task, token_seconds))
         seconds += CPU_TIMING_SECONDS * timed_on_cpu_too
         if variant == "onnx-int8":
             seconds += ONNX_EXPORT_SECONDS[task]

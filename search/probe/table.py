@@ -348,9 +348,9 @@ def _fingerprint(request: ProbeRequest, device: Device, budget: int, threads: in
     timing it and the libraries measuring it. A causal LM's answers also hold its decoding's timing, and every answer
     the model's parameter count (answers cached before either lack it, so they are measured again)."""
     decoding = {"decode_tokens": DECODE_PROBE_TOKENS} if request.task == Task.causal_lm.value else {}
-    return json.dumps({**decoding, "counts": "parameters", "candidate": request.candidate, "files": model_files(request.candidate.get("path")),
-                       "task": request.task, "labels": request.num_labels,
-                       "precision": request.precision, "method": request.method, "seq_len": request.seq_len,
+    return json.dumps({**decoding, "counts": "parameters", "candidate": request.candidate,
+                       "files": model_files(request.candidate.get("path")), "task": request.task,
+                       "labels": request.num_labels, "precision": request.precision, "method": request.method, "seq_len": request.seq_len,
                        "lora_r": request.lora_r, "checkpointing": request.gradient_checkpointing, "cap": request.batch,
                        "device": [device.kind, device.name, device.total_memory], "threads": threads,
                        "budget": budget, "margin": SAFETY_MARGIN, "seeds": SEED_BATCHES,
