@@ -41,7 +41,8 @@ def log_sweep_plots(config: SweepConfig, tracker: Tracker, experiment_id: str, p
                     precisions: list[str], out_dir: Path, warn: Callable[[str], None] = log.warning) -> list[Path]:
     """Draw the sweep's plots into `out_dir` and log them on the parent run; returns the PNGs written.
 
-    A plot Optuna cannot draw is skipped with a one-line warning; nothing here ever fails the sweep."""
+    A plot Optuna cannot draw is skipped with a one-line warning (one that would mean nothing is left out quietly);
+    nothing here ever fails the sweep."""
     try:
         curves = trial_curves(tracker, experiment_id, parent_run_id, config.search.metric)
         study = replay_study(config, curves, precisions, warn)
@@ -123,7 +124,8 @@ def _fits_space(space: Callable[..., Any], params: dict[str, Any]) -> bool:
 
 def draw_plots(study: "optuna.Study", metric: str, out_dir: Path,
                warn: Callable[[str], None] = log.warning) -> list[Path]:
-    """One PNG per plot into `out_dir`; a plot Optuna cannot draw is skipped with a warning."""
+    """One PNG per plot into `out_dir`; a plot Optuna cannot draw is skipped with a warning, one that would mean
+    nothing here (MeansNothing) is left out with a line in the log file."""
     import warnings
 
     import matplotlib
@@ -146,6 +148,8 @@ def draw_plots(study: "optuna.Study", metric: str, out_dir: Path,
             warnings.simplefilter("ignore")
             try:
                 written.append(_save(_figure(draw()), out_dir / f"{name}.png"))
+            except MeansNothing as reason:  # not a fault: the sweep's log file says why, the console stays quiet
+                log.info("sweep plot %s left out: %s", name, reason)
             except Exception as error:
                 warn(f"sweep plot {name} skipped: {type(error).__name__}: {error}")
     return written
@@ -166,19 +170,24 @@ def _parallel_coordinate(study: "optuna.Study", metric: str, optuna_plots: Any) 
     return axes
 
 
+class MeansNothing(ValueError):
+    """A plot that would say nothing about this sweep (importances of one trial, or of one varying parameter: the
+    quickstart's time-limited trials often vary the learning rate alone)."""
+
+
 def _importance_params(study: "optuna.Study") -> list[str]:
     """The parameters that vary between trials; raises where importances would mean nothing (Optuna would
     still draw equal bars for one trial, or a lone 100% bar for one varying parameter)."""
     trials = study.get_trials(deepcopy=False)
     if len(trials) < 2:
-        raise ValueError(f"importances need at least 2 trials with an evaluation, but the sweep has {len(trials)}")
+        raise MeansNothing(f"importances need at least 2 trials with an evaluation, but the sweep has {len(trials)}")
     values: dict[str, set[str]] = {}
     for trial in trials:
         for name, value in trial.params.items():
             values.setdefault(name, set()).add(repr(value))
     varying = sorted(name for name, seen in values.items() if len(seen) > 1)
     if len(varying) < 2:
-        raise ValueError(f"importances need at least 2 parameters that vary between trials, but got {varying or 'none'}")
+        raise MeansNothing(f"importances need at least 2 parameters that vary between trials, but got {varying or 'none'}")
     return varying
 
 

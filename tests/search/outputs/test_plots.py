@@ -96,16 +96,34 @@ def test_the_replayed_study_holds_the_trials_with_the_space_types_and_best_value
                                                   "learning_rate", "warmup_ratio"}  # weight_decay is fixed
 
 
-def test_a_plot_optuna_cannot_draw_is_skipped_and_the_others_are_logged(tmp_path):
+def test_a_plot_that_would_mean_nothing_is_left_out_quietly_and_the_others_are_logged(tmp_path, caplog):
+    """One trial: no parameter importances (a lone bar says nothing), said in the log file, not as a warning."""
     config = _config(tmp_path)
     tracker, experiment, parent = _store(tmp_path, config, TRIALS[:1])
     warnings: list[str] = []
-    paths = log_sweep_plots(config, tracker, experiment, parent, PRECISIONS, tmp_path / "plots", warnings.append)
+    with caplog.at_level("INFO", logger="finesweep.search.outputs.plots"):
+        paths = log_sweep_plots(config, tracker, experiment, parent, PRECISIONS, tmp_path / "plots", warnings.append)
 
     assert "optimization_history.png" in {p.name for p in paths}
     assert "param_importances.png" not in {p.name for p in paths}
-    assert any("param_importances" in w for w in warnings), warnings
+    assert not warnings and "sweep plot param_importances left out: importances need at least 2 trials" in caplog.text
     assert {Path(a.path).name for a in tracker.client.list_artifacts(parent, "plots")} == {p.name for p in paths}
+
+
+def test_a_plot_optuna_cannot_draw_is_skipped_with_a_warning(tmp_path, monkeypatch):
+    import optuna.visualization.matplotlib as optuna_plots
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a release that draws differently")
+
+    monkeypatch.setattr(optuna_plots, "plot_parallel_coordinate", broken)
+    config = _config(tmp_path)
+    tracker, experiment, parent = _store(tmp_path, config, TRIALS)
+    warnings: list[str] = []
+    paths = log_sweep_plots(config, tracker, experiment, parent, PRECISIONS, tmp_path / "plots", warnings.append)
+
+    assert {p.name for p in paths} == PLOTS - {"parallel_coordinate.png"}
+    assert warnings == ["sweep plot parallel_coordinate skipped: RuntimeError: a release that draws differently"]
 
 
 def test_a_trial_outside_the_space_is_left_out_and_a_broken_store_never_raises(tmp_path):
