@@ -41,9 +41,9 @@ def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batc
     start = time.perf_counter()
     with torch.no_grad():
         for batch in _batches(dataset, collate, batch_size):
-            labels = batch["labels"].to(device)
-            inputs = {key: value.to(device) for key, value in batch.items() if key != "labels" or tally.model_loss}
-            tally.add(model(**inputs), labels)
+            batch = {key: value.to(device) for key, value in batch.items()}
+            inputs = batch if tally.model_loss else {key: value for key, value in batch.items() if key != "labels"}
+            tally.add(model(**inputs), batch["labels"])
     seconds = time.perf_counter() - start
     metrics = tally.result()
     metrics["latency_ms_per_sample"] = 1000 * seconds / max(len(dataset), 1)
