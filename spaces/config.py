@@ -253,7 +253,7 @@ DEFAULT_QUANTIZATION = [Quantization.int8, Quantization.onnx_int8]
 class ExportConfig(Section):
     """What is done with the best checkpoint."""
 
-    quantization: list[Quantization] = Field(DEFAULT_QUANTIZATION, min_length=1, description="Quantized exports to make and measure: none, int8 and nf4 (bitsandbytes), torchao-int8 (int8 weight-only, a CPU path), torchao-int4 (int4 weight-only; a CUDA GPU of compute capability 8.0+) and torchao-fp8 (float8 weights and activations; CUDA 8.9+: Ada, Hopper), the three with the torchao extra; onnx-int8 (ONNX Runtime int8, the fast CPU path: dynamic int8 for a classifier, int8 weight blocks and the key/value cache for a causal LM). Unset: int8 and onnx-int8. Under search.time_limit, where the export would take over a third of what the limit leaves, that list (unset or written as it is) loses int8 on a machine without CUDA, and then onnx-int8 too if that is not enough (the plan says so); another list is kept.")
+    quantization: list[Quantization] = Field(DEFAULT_QUANTIZATION, min_length=1, description="Quantized exports to make and measure: none, int8 and nf4 (bitsandbytes), torchao-int8 (int8 weight-only, a CPU path), torchao-int4 (int4 weight-only; a CUDA GPU of compute capability 8.0+) and torchao-fp8 (float8 weights and activations; CUDA 8.9+: Ada, Hopper), the three with the torchao extra; onnx-int8 (ONNX Runtime int8, the fast CPU path: dynamic int8 for a classifier, int8 weight blocks and the key/value cache for a causal LM); gguf-q8_0 and gguf-q4_k_m (a causal LM as one GGUF file for llama.cpp, Ollama and LM Studio, made by llama.cpp's converter and quantizer and measured in llama.cpp; the gguf extra: `bash scripts/setup.sh --gguf`). Unset: int8 and onnx-int8. Under search.time_limit, where the export would take over a third of what the limit leaves, that list (unset or written as it is) loses int8 on a machine without CUDA, and then onnx-int8 too if that is not enough (the plan says so); another list is kept.")
     output_dir: str | None = Field(None, description="Export folder; unset = <sweep folder>/export.")
     max_metric_drop: float = Field(0.01, ge=0, description="Warn when a quantized model's metric falls by more than this.")
     generation_samples: int = Field(32, ge=0, description="causal_lm: greedy answers to the first this many test prompts, from the full model and each quantized one, scored against the references (exact match, token F1, ROUGE-L) and shown side by side in the model card; 0 = off. Under search.time_limit, fewer (none below 4) where the export would take over a third of what the limit leaves (the plan says so).")
@@ -303,6 +303,11 @@ class SweepConfig(Section):
         problems += self._baseline_problems()
         if problems:
             raise ValueError("; ".join(problems))
+        gguf = [q.value for q in self.export.quantization if q.is_gguf]
+        if gguf and self.data.task != Task.causal_lm:
+            raise ValueError(f"export.quantization: {', '.join(gguf)} is a GGUF file for llama.cpp, which runs causal "
+                             f"language models, but data.task is {self.data.task.value}; remove {', '.join(gguf)} "
+                             "(onnx-int8 is the fast CPU variant of a classifier)")
         pooled = [m.name for m in self.models if m.pooling != "cls"]
         if pooled and self.data.task != Task.classification:
             raise ValueError(f"models {pooled} set `pooling`, which chooses a classifier's head, but data.task is "

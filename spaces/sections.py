@@ -44,3 +44,12 @@ class Quantization(str, Enum):
     torchao_int4 = "torchao-int4"  # torchao int4 weight-only, bf16 activations (tinygemm kernels): a CUDA path
     torchao_fp8 = "torchao-fp8"  # torchao float8 weights and dynamic float8 activations per row: CUDA, Ada/Hopper
     onnx_int8 = "onnx-int8"  # ONNX Runtime int8 (a classifier: dynamic; a causal LM: weight blocks, with its cache)
+    # llama.cpp's GGUF files (a causal LM; extra `gguf`): 8-bit blocks, near lossless; 4-bit k-quants "medium", the
+    # type most GGUF downloads for Ollama and LM Studio are in.
+    gguf_q8_0 = "gguf-q8_0"
+    gguf_q4_k_m = "gguf-q4_k_m"
+
+    @property
+    def is_gguf(self) -> bool:
+        """A file for llama.cpp rather than a folder transformers or ONNX Runtime loads."""
+        return self.value.startswith("gguf-")

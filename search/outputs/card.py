@@ -8,6 +8,8 @@ from typing import Any
 from finesweep.search.selection.deploy import CPU_PREFIX, FULL
 from finesweep.spaces import ModelCandidate, Quantization, SweepConfig, Task
 from finesweep.trainer.models import AUTO_CLASS_NAMES, PIPELINE_TASKS
+from finesweep.trainer.serving.gguf_export import MODELFILE
+from finesweep.trainer.serving.ollama import GGUF_FILE
 from finesweep.trainer.serving.quantize import BACKENDS, CUDA_CAPABILITY
 
 ADAPTER = "adapter"
@@ -213,7 +215,7 @@ def _usage_section(metrics: dict[str, dict[str, float]], task: Task, mean_pooled
                      "encoder and a linear layer on the masked mean; torch and transformers only; read it), which "
                      "transformers runs only when given `trust_remote_code=True` (without it the load stops).\n")
     remote = ", trust_remote_code=True" if mean_pooled else ""
-    torch_variants = [v for v in metrics if v != Quantization.onnx_int8.value]
+    torch_variants = [v for v in metrics if v == FULL or _loads_in_transformers(Quantization(v))]
     for variant in torch_variants:
         if variant != FULL:
             package = BACKENDS[Quantization(variant)][0]
@@ -234,7 +236,27 @@ def _usage_section(metrics: dict[str, dict[str, float]], task: Task, mean_pooled
     if Quantization.onnx_int8.value in metrics:
         folder = variant_folder(Quantization.onnx_int8.value)
         lines += _onnx_decoder_usage(folder) if task == Task.causal_lm else _onnx_usage(folder)
+    lines += _gguf_usage([v for v in metrics if v != FULL and Quantization(v).is_gguf])
     return "\n".join(lines)
+
+
+def _loads_in_transformers(variant: Quantization) -> bool:
+    return variant != Quantization.onnx_int8 and not variant.is_gguf
+
+
+def _gguf_usage(variants: list[str]) -> list[str]:
+    """llama.cpp's and Ollama's own ways to run the GGUF files (each folder's README.md says the same)."""
+    if not variants:
+        return []
+    lines = [f"{', '.join(f'`{variant_folder(v)}`' for v in variants)}: one GGUF file each (`{GGUF_FILE}`) for "
+             "llama.cpp, Ollama and LM Studio, with its chat template, stop token and tokenizer inside, measured "
+             "above in llama.cpp (llama-cpp-python, greedy, the same threads):\n", "```bash"]
+    for variant in variants:
+        folder, name = variant_folder(variant), variant
+        lines += [f"llama-cli -m {folder}/{GGUF_FILE} -cnv       # chat in the terminal",
+                  f"llama-server -m {folder}/{GGUF_FILE}         # an OpenAI-style server on 127.0.0.1:8080",
+                  f"cd {folder} && ollama create {name} -f {MODELFILE} && ollama run {name}"]
+    return lines + ["```", ""]
 
 
 def _device_map(variant: str) -> str:

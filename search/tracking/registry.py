@@ -46,6 +46,11 @@ def register_export(config: SweepConfig, tracker: Tracker, experiment_id: str, r
     # the sweep's log keeps them, the console says "Registered models:/..." once.
     with _fluent_tracking(tracker.uri), contextlib.redirect_stderr(_LogLines(log)):
         for variant, values in metrics.items():
+            if variant != "full" and Quantization(variant).is_gguf:
+                # MLflow has no flavor for a llama.cpp file: the export folder and the card keep it.
+                log.info("registry: %s is a GGUF file for llama.cpp, not registered (it is in %s)", variant,
+                         export_dir / f"model-{variant}")
+                continue
             log_model = (_onnx_logger(export_dir, variant) if _is_onnx(export_dir, variant)
                          else _transformers_logger(export_dir, variant, task))
             registered.append(_register_variant(tracker, experiment_id, run_id, name, variant, log_model, values, best))

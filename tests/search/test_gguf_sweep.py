@@ -241,3 +241,18 @@ def test_a_max_seq_len_that_leaves_no_reply_is_a_clear_error_with_the_length_tha
     (folder / "sweep.yaml").write_text(GGUF_SWEEP.replace("task: causal_lm", f"task: causal_lm\n  max_seq_len: {keep}"))
     kept = finesweep("data", "sweep.yaml", cwd=folder, env=_machine(folder))
     assert kept.returncode == 0, kept.stdout[-2000:] + kept.stderr[-2000:]
+
+
+def test_a_gguf_export_without_llama_cpp_stops_before_anything_runs(tiny_llama_gguf, tmp_path):
+    """gguf-q4_k_m asked where llama.cpp's tools are not installed (the converter's folder is empty here; CI has no
+    llama-cpp-python either): exit 2 with the command that installs them, before any data or model is touched."""
+    folder = _gguf_folder(tmp_path, tiny_llama_gguf)
+    sweep = folder / "sweep.yaml"
+    sweep.write_text(sweep.read_text().replace("quantization: [int8, onnx-int8]", "quantization: [gguf-q4_k_m]"))
+    (tmp_path / "no-llama-cpp").mkdir()
+    result = finesweep("run", "sweep.yaml", cwd=folder,
+                       env={**_machine(folder), "FINESWEEP_LLAMA_CPP": str(tmp_path / "no-llama-cpp")})
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "export.quantization: gguf-q4_k_m needs a library that is not installed here" in result.stderr
+    assert "bash scripts/setup.sh --gguf" in result.stderr and "Traceback" not in result.stderr
+    assert not (folder / "runs").exists() and not _copies(folder)

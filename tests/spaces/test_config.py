@@ -86,6 +86,16 @@ def test_a_scalar_learning_rate_is_fixed_and_a_bad_range_names_the_range(tmp_pat
         load(write(tmp_path, MINIMAL + "space: {learning_rate: {low: 0, high: 1, log: true}}\n"))
 
 
+def test_a_gguf_export_of_a_classifier_names_the_task_and_the_classifiers_fast_variant(tmp_path):
+    with pytest.raises(SweepFileError, match=r"export.quantization: gguf-q4_k_m is a GGUF file for llama.cpp, which "
+                                             r"runs causal language models, but data.task is classification; remove "
+                                             r"gguf-q4_k_m \(onnx-int8 is the fast CPU variant of a classifier\)"):
+        load(write(tmp_path, MINIMAL + "export: {quantization: [onnx-int8, gguf-q4_k_m]}\n"))
+    causal = MINIMAL.replace("data: {path: data.csv}", "data: {path: data.csv, task: causal_lm}")
+    assert [q.value for q in load(write(tmp_path, causal + "export: {quantization: [gguf-q8_0]}\n")).export.quantization] \
+        == ["gguf-q8_0"]
+
+
 def test_space_model_must_name_a_candidate(tmp_path):
     with pytest.raises(SweepFileError, match=r"space.model names \['other'\]"):
         load(write(tmp_path, MINIMAL + "space: {model: [other]}\n"))

@@ -114,9 +114,9 @@ def _warm_up(model: Any, dataset: "Dataset", collate: Callable, device: "torch.d
             model(**{key: value.to(device) for key, value in batch.items()})
 
 
-# The files that hold a folder's weights: safetensors shards, or an ONNX graph (weights inside it, or beside it in
-# an external-data file for graphs over 2 GB).
-WEIGHT_FILES = ("*.safetensors", "*.onnx", "*.onnx.data")
+# The files that hold a folder's weights: safetensors shards, an ONNX graph (weights inside it, or beside it in
+# an external-data file for graphs over 2 GB), or a GGUF file.
+WEIGHT_FILES = ("*.safetensors", "*.onnx", "*.onnx.data", "*.gguf")
 
 
 def folder_size_bytes(folder: Path) -> int:
@@ -149,7 +149,7 @@ def model_device(model: Any) -> "torch.device":
     """Where the inputs go: the model's own device if it is on CUDA (quantized models cannot move), else CPU."""
     import torch
 
-    if not hasattr(model, "parameters"):  # an ONNX Runtime session (onnx_runtime.py, onnx_decoder.py): the CPU
+    if not hasattr(model, "parameters"):  # ONNX Runtime (onnx_runtime.py, onnx_decoder.py), llama.cpp: the CPU
         return torch.device("cpu")
     device = next(model.parameters()).device
     if device.type == "cuda":

@@ -233,7 +233,7 @@ class OnnxCausalLM:
         or `max_new_tokens` were written. Returns the prompts followed by the new tokens."""
         import torch
 
-        eos = _token_ids(eos_token_id if eos_token_id is not None else self.generation_config.eos_token_id)
+        eos = token_ids(eos_token_id if eos_token_id is not None else self.generation_config.eos_token_id)
         pad = pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
         ids = input_ids.cpu().numpy()
         mask = np.ones_like(ids) if attention_mask is None else attention_mask.cpu().numpy()
@@ -300,7 +300,7 @@ def positions_of(mask: np.ndarray) -> np.ndarray:
     return np.maximum(np.cumsum(mask, axis=1) - 1, 0)
 
 
-def _token_ids(value: int | Sequence[int] | None) -> list[int]:
+def token_ids(value: int | Sequence[int] | None) -> list[int]:
     if value is None:
         return []
     return [int(value)] if isinstance(value, (int, np.integer)) else [int(token) for token in value]

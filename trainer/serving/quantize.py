@@ -1,6 +1,7 @@
 """Quantize a full-precision checkpoint and save it as a folder plain transformers loads: bitsandbytes int8 or
 NF4, or torchao int8 weight-only (a CPU deployment path); or an ONNX Runtime dynamic-int8 folder, the CPU path that
-serves faster than full precision (onnx_runtime.py for a classifier, onnx_decoder.py for a causal LM).
+serves faster than full precision (onnx_runtime.py for a classifier, onnx_decoder.py for a causal LM); or a causal LM
+as a GGUF file for llama.cpp (gguf_export.py).
 
 The quantization libraries are required here and only here (`_quantization_config`), so machines without them
 still import finesweep, and a missing install fails with one clear message. torchao is an optional extra: once
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from finesweep.spaces import Quantization, Task
 from finesweep.trainer.models import HEAD_MODULES, auto_config, auto_model_class, copy_tokenizer
+from finesweep.trainer.serving import gguf_export
 from finesweep.trainer.serving.onnx_decoder import export_int8 as export_decoder
 from finesweep.trainer.serving.onnx_runtime import export_int8
 
@@ -37,6 +39,11 @@ def quantize(full_dir: Path, method: Quantization, out_dir: Path, task: Task) ->
     full_dir, out_dir = Path(full_dir), Path(out_dir)
     if method == Quantization.onnx_int8:
         return _onnx_int8(full_dir, out_dir, task)
+    if method.is_gguf:
+        if install := missing_backend(method):
+            raise RuntimeError(f"export quantization {method.value} needs llama-cpp-python and llama.cpp's converter: "
+                               f"{install}")
+        return gguf_export.export_gguf(full_dir, method, out_dir)
     model = load_quantized(full_dir, method, task)
     # Save before any forward pass: on an AVX-512 bf16 CPU the first 4-bit forward repacks the weights in place,
     # and a folder saved after it reloads degraded (FACTS.md).
@@ -109,13 +116,17 @@ BACKENDS = {Quantization.int8: ("bitsandbytes", "pip install bitsandbytes"),
             Quantization.torchao_int8: ("torchao", "pip install 'finesweep[torchao]'"),
             Quantization.torchao_int4: ("torchao", "pip install 'finesweep[torchao]'"),
             Quantization.torchao_fp8: ("torchao", "pip install 'finesweep[torchao]'"),
-            Quantization.onnx_int8: ("onnxruntime", "pip install onnxruntime onnx onnxscript")}
+            Quantization.onnx_int8: ("onnxruntime", "pip install onnxruntime onnx onnxscript"),
+            Quantization.gguf_q8_0: ("llama-cpp-python", gguf_export.INSTALL),
+            Quantization.gguf_q4_k_m: ("llama-cpp-python", gguf_export.INSTALL)}
 
 
 def missing_backend(method: Quantization) -> str | None:
     """How to install the library `method` needs, or None when it is importable."""
     import importlib.util
 
+    if Quantization(method).is_gguf:
+        return gguf_export.missing_tools()
     package, install = BACKENDS.get(Quantization(method), (None, None))
     return install if package and importlib.util.find_spec(package) is None else None
 
