@@ -7,7 +7,8 @@ and tokenized as a sweep does it.
 (b) Variants: full precision (PyTorch), bitsandbytes int8, and from one float ONNX graph (transformers' exporter,
 key/value cache inside): onnx-fp32 (no quantization: what ONNX Runtime alone gives), **onnx-int8** (finesweep's
 export: int8 weight blocks, MatMulNBits), onnx-int4 (4-bit blocks), onnx-dynamic-int8 (`quantize_dynamic`, one scale
-per activation tensor: the classifier's method).
+per activation tensor: the classifier's method); with the gguf extra, gguf-q8_0 and gguf-q4_k_m (llama.cpp's files,
+run in llama.cpp: the decode speed a CPU user compares with).
 (c) Each measured by finesweep's own code, as the export does: perplexity on the test split, bytes on disk, greedy
 decoding at batch 1 (ms per generated token, 32 tokens), forward pass at batch 1 and 32 (ms per sample). Written to
 `benchmarks/quantize/llm-results.json` and printed as a Markdown table. From the repository root:
@@ -75,6 +76,25 @@ def make_variants(full_dir: Path, work: Path) -> dict[str, Path]:
     quantize_dynamic(float_dir / ONNX_FILE, dynamic / ONNX_FILE, weight_type=QuantType.QInt8,
                      op_types_to_quantize=["MatMul"], use_external_data_format=True)
     folders["onnx-dynamic-int8"] = dynamic
+    folders.update(gguf_variants(full_dir, work))
+    return folders
+
+
+def gguf_variants(full_dir: Path, work: Path) -> dict[str, Path]:
+    """finesweep's GGUF files (llama.cpp's converter and quantizer), run in llama.cpp: the anchor for decode speed a
+    CPU user knows. Left out, with a line saying so, where the gguf extra is not installed."""
+    from finesweep.spaces import Quantization, Task
+    from finesweep.trainer.serving.gguf_export import missing_tools
+    from finesweep.trainer.serving.quantize import quantize
+
+    if (missing := missing_tools()) is not None:
+        print(f"GGUF variants left out: {missing}")
+        return {}
+    folders = {}
+    for method in (Quantization.gguf_q8_0, Quantization.gguf_q4_k_m):
+        started = time.perf_counter()
+        folders[method.value] = quantize(full_dir, method, work / method.value, Task.causal_lm)
+        print(f"{method.value}: made in {time.perf_counter() - started:.1f} s")
     return folders
 
 

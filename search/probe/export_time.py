@@ -35,6 +35,14 @@ VARIANT_SLOWDOWN = {"none": 1.0, "int8": 2.0, "nf4": 2.0, "torchao-int8": 1.0, "
 # Writing the ONNX graph (torch's exporter; for a causal LM, generate's capture with the key/value cache) and
 # quantizing it, by task, on 2 cores: MiniLM 6 s (AVX-512) to 12 s (AVX2); SmolLM2-135M, 30 layers, 180 s (AVX2).
 ONNX_EXPORT_SECONDS = {"classification": 8.0, "causal_lm": 180.0}
+# Making a GGUF file: llama.cpp's converter (a Python process of its own that loads torch and reads the weights) and,
+# for a k-quant, its f16 file quantized again; fixed seconds plus seconds per GB of float32 weights. SmolLM2-135M
+# (0.54 GB) on 2 cores: q8_0 GGUF_Q8_S s, q4_k_m GGUF_Q4_S s.
+GGUF_MAKE_SECONDS = 5.0
+GGUF_MAKE_SECONDS_PER_GB = 10.0
+# llama.cpp answers one prompt at a time (trainer/serving/gguf_runtime.py): its answers are priced row by row, each
+# token at this share of full precision's measured decoding (SmolLM2-135M, 2 cores: GGUF_DECODE_MEASURED).
+GGUF_DECODE_RATIO = 0.5
 # A row at batch 1 (latency-bound) against a row of a batched pass: 1.26 measured on MiniLM, full precision.
 BATCH1_COST = 1.5
 # One generated token (batch 1, cached keys and values) against one token of a batched forward pass, where the probe
@@ -73,10 +81,18 @@ def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], te
         seconds += CPU_TIMING_SECONDS * timed_on_cpu_too
         if variant == "onnx-int8":
             seconds += ONNX_EXPORT_SECONDS[task]
-        if task == "causal_lm":
-            answers = min(config.export.generation_samples, test_rows)
+        answers = min(config.export.generation_samples, test_rows) if task == "causal_lm" else 0
+        if variant.startswith("gguf-"):
+            seconds += GGUF_MAKE_SECONDS + GGUF_MAKE_SECONDS_PER_GB * _weight_gb(combinations)
+            seconds += answers * (seq_len // 2) * token_seconds * GGUF_DECODE_RATIO  # one answer at a time
+        elif answers:
             seconds += slowdown * generation_seconds(answers, seq_len // 2, token_seconds)  # a reply: half a row
     return seconds
+
+
+def _weight_gb(combinations: list[CombinationTimes]) -> float:
+    """The largest candidate's float32 weights in GB, as the probe counted them (0 where it counted none)."""
+    return max((c.weight_bytes for c in combinations), default=0) / 1e9
 
 
 def generation_seconds(answers: int, new_tokens: int, token_seconds: float) -> float:
@@ -131,8 +147,8 @@ def _decode_seconds(combinations: list[CombinationTimes]) -> float:
 def pass_seconds(combinations: list[CombinationTimes]) -> float:
     """One variant's or reference's loading, saving and registering, for the largest candidate (the winner may be
     any); the flat EXPORT_FIXED_SECONDS where the probe counted no weights."""
-    weight_bytes = max((c.weight_bytes for c in combinations), default=0)
-    return EXPORT_PASS_SECONDS + EXPORT_SECONDS_PER_GB * weight_bytes / 1e9 if weight_bytes else EXPORT_FIXED_SECONDS
+    weight_gb = _weight_gb(combinations)
+    return EXPORT_PASS_SECONDS + EXPORT_SECONDS_PER_GB * weight_gb if weight_gb else EXPORT_FIXED_SECONDS
 
 
 def _reference_passes(config: SweepConfig, pass_and_test_seconds: float) -> float:
