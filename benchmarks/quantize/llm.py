@@ -42,7 +42,7 @@ def prepare(sweep: Path, work: Path) -> tuple[Path, Any, Any]:
 
     config = load(sweep)
     folder, console = SweepFolder(work), Console()
-    config = dequantize_gguf(config, folder, console)
+    config = dequantize_gguf(config, console)
     name = config.model_names[0]
     prepared = prepare_data(config, folder, console)
     tokenizer = models.load_tokenizer(config.candidate(name), config.trust_remote_code)

@@ -29,9 +29,10 @@ EXPORT_SECONDS_PER_GB = 1.5
 # Test-split inference of a quantized variant against full precision: bitsandbytes' kernels are slower (measured
 # 1.8x for int8 on CPU, 4.2x int8 and 1.9x nf4 on an H100); torchao's int8 about as fast as full precision on CPU,
 # its GPU variants taken as fast as full precision until measured on a GPU. ONNX Runtime's int8 scores the test
-# split in 0.69x full precision's time (MiniLM, batch 32, 2 cores, AVX-512).
+# split in 0.69x full precision's time (MiniLM, batch 32, 2 cores, AVX-512); llama.cpp's GGUF files, one row at a
+# time, in 1.42-1.47x (the LLM example's SmolLM2-135M, 2 cores, AVX-512, 2026-11-26).
 VARIANT_SLOWDOWN = {"none": 1.0, "int8": 2.0, "nf4": 2.0, "torchao-int8": 1.0, "torchao-int4": 1.0, "torchao-fp8": 1.0,
-                    "onnx-int8": 0.7}
+                    "onnx-int8": 0.7, "gguf-q8_0": 1.5, "gguf-q4_k_m": 1.5}
 # Writing the ONNX graph (torch's exporter; for a causal LM, generate's capture with the key/value cache) and
 # quantizing it, by task, on 2 cores: MiniLM 6 s (AVX-512) to 12 s (AVX2); SmolLM2-135M, 30 layers, 180 s (AVX2).
 ONNX_EXPORT_SECONDS = {"classification": 8.0, "causal_lm": 180.0}
@@ -41,8 +42,9 @@ ONNX_EXPORT_SECONDS = {"classification": 8.0, "causal_lm": 180.0}
 GGUF_MAKE_SECONDS = 5.0
 GGUF_MAKE_SECONDS_PER_GB = 10.0
 # llama.cpp answers one prompt at a time (trainer/serving/gguf_runtime.py): its answers are priced row by row, each
-# token at this share of full precision's measured decoding (SmolLM2-135M, 2 cores: GGUF_DECODE_MEASURED).
-GGUF_DECODE_RATIO = 0.5
+# token at this share of full precision's measured decoding (SmolLM2-135M on 2 cores: 13.1 ms for q8_0 and 11.9 for
+# q4_k_m against 43.8, 0.27-0.30).
+GGUF_DECODE_RATIO = 0.3
 # A row at batch 1 (latency-bound) against a row of a batched pass: 1.26 measured on MiniLM, full precision.
 BATCH1_COST = 1.5
 # One generated token (batch 1, cached keys and values) against one token of a batched forward pass, where the probe

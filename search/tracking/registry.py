@@ -3,7 +3,8 @@
 Each variant (full, int8, nf4) is logged with MLflow's transformers flavor, onnx-int8 with its onnx flavor, as a
 logged model of the sweep's parent run, so `mlflow.transformers.load_model("models:/<name>@<variant>")` (or
 `mlflow.onnx.load_model`) and `mlflow models serve` work on it; its test metrics and the winning evaluation are tags of the version; the alias `<variant>` moves to the
-newest version of that variant. An export registered again (`finesweep export`) adds versions.
+newest version of that variant. An export registered again (`finesweep export`) adds versions. A GGUF variant stays a
+file of the export folder: MLflow has no flavor for llama.cpp's files.
 """
 
 from __future__ import annotations

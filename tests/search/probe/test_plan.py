@@ -349,6 +349,27 @@ def test_a_causal_lms_export_adds_its_generations_token_by_token():
         "four more answers: a second batch of four rows"
 
 
+def test_a_gguf_variant_adds_its_making_by_the_weights_and_its_answers_one_at_a_time():
+    """llama.cpp's converter and quantizer take longer for more weights; llama.cpp answers one prompt at a time, each
+    token at GGUF_DECODE_RATIO of full precision's measured decoding."""
+    def export(quantization: list[str], samples: int, weight_bytes: int = 540_000_000) -> float:
+        config = _config()
+        config = SweepConfig.model_validate({**config.model_dump(mode="json"), "data": {
+            **config.data.model_dump(mode="json"), "task": "causal_lm"}, "export": {
+            **config.export.model_dump(mode="json"), "quantization": quantization, "generation_samples": samples}})
+        combination = replace(times("big|fp32|full", 1.0, 1.0), decode_seconds_per_token=0.04,
+                              weight_bytes=weight_bytes)
+        return export_time.export_seconds(config, [combination], test_rows=40, seq_len=64)
+
+    per_pass = export_time.pass_seconds([CombinationTimes("m", 1, 1, 1, 1, weight_bytes=540_000_000)])
+    variant_alone = export(["gguf-q4_k_m"], 0) - export(["none"], 0)
+    making = export_time.GGUF_MAKE_SECONDS + export_time.GGUF_MAKE_SECONDS_PER_GB * 0.54
+    assert variant_alone > making + per_pass
+    assert export(["gguf-q4_k_m"], 0, 2 * 540_000_000) - export(["none"], 0, 2 * 540_000_000) > variant_alone
+    answers = (export(["gguf-q4_k_m"], 16) - export(["none"], 16)) - variant_alone
+    assert answers == pytest.approx(16 * 32 * 0.04 * export_time.GGUF_DECODE_RATIO)
+
+
 def test_the_probes_measured_decoding_prices_the_answers_the_slowest_fp32_candidate_first():
     """SmolLM2 on 2 cores decoded at 37.6 ms a token where DECODE_TOKEN_COST's formula said 8: measured wins."""
     config = _config()
