@@ -252,10 +252,10 @@ def _gguf_usage(variants: list[str]) -> list[str]:
              "llama.cpp, Ollama and LM Studio, with its chat template, stop token and tokenizer inside, measured "
              "above in llama.cpp (llama-cpp-python, greedy, the same threads):\n", "```bash"]
     for variant in variants:
-        folder, name = variant_folder(variant), variant
+        folder = variant_folder(variant)
         lines += [f"llama-cli -m {folder}/{GGUF_FILE} -cnv       # chat in the terminal",
                   f"llama-server -m {folder}/{GGUF_FILE}         # an OpenAI-style server on 127.0.0.1:8080",
-                  f"cd {folder} && ollama create {name} -f {MODELFILE} && ollama run {name}"]
+                  f"cd {folder} && ollama create {variant} -f {MODELFILE} && ollama run {variant}"]
     return lines + ["```", ""]
 
 

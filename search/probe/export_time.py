@@ -37,10 +37,10 @@ VARIANT_SLOWDOWN = {"none": 1.0, "int8": 2.0, "nf4": 2.0, "torchao-int8": 1.0, "
 # quantizing it, by task, on 2 cores: MiniLM 6 s (AVX-512) to 12 s (AVX2); SmolLM2-135M, 30 layers, 180 s (AVX2).
 ONNX_EXPORT_SECONDS = {"classification": 8.0, "causal_lm": 180.0}
 # Making a GGUF file: llama.cpp's converter (a Python process of its own that loads torch and reads the weights) and,
-# for a k-quant, its f16 file quantized again; fixed seconds plus seconds per GB of float32 weights. SmolLM2-135M
-# (0.54 GB) on 2 cores: q8_0 GGUF_Q8_S s, q4_k_m GGUF_Q4_S s.
-GGUF_MAKE_SECONDS = 5.0
-GGUF_MAKE_SECONDS_PER_GB = 10.0
+# for a k-quant, its f16 file quantized again; fixed seconds (the converter's start: torch imported) plus seconds
+# per GB of float32 weights. SmolLM2-135M (0.54 GB) on 2 cores, AVX-512: 7.8 s for q8_0, 7.8 s for q4_k_m.
+GGUF_MAKE_SECONDS = 4.0
+GGUF_MAKE_SECONDS_PER_GB = 7.0
 # llama.cpp answers one prompt at a time (trainer/serving/gguf_runtime.py): its answers are priced row by row, each
 # token at this share of full precision's measured decoding (SmolLM2-135M on 2 cores: 13.1 ms for q8_0 and 11.9 for
 # q4_k_m against 43.8, 0.27-0.30).
