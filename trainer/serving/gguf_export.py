@@ -32,8 +32,8 @@ CONVERTER = "convert_hf_to_gguf.py"
 # kept), unless FINESWEEP_LLAMA_CPP names a llama.cpp checkout (or the sdist's vendor/llama.cpp) holding it.
 CONVERTER_ENV = "FINESWEEP_LLAMA_CPP"
 CONVERTER_HOME = Path(sys.prefix) / "extras" / "llama.cpp"
-INSTALL = ("bash scripts/setup.sh --gguf (pip install 'finesweep[gguf]' builds llama.cpp from source: about 6 minutes "
-           "on 2 cores; the converter is unpacked from the same source)")
+INSTALL = ("bash scripts/setup.sh --gguf, which builds llama-cpp-python from source, about 6 minutes on 2 cores, and "
+           "unpacks llama.cpp's converter from the same release")
 # The converter writes these types itself; the k-quants are made from its f16 file by llama.cpp's quantizer (which
 # refuses to quantize an already quantized file again).
 CONVERTER_TYPES = {Quantization.gguf_q8_0: "q8_0"}
