@@ -3,7 +3,7 @@ back): llama.cpp's converter and quantizer make gguf-q8_0 and gguf-q4_k_m, measu
 precision (perplexity, answers, milliseconds a token) and ranked by the deploy pick; llama-cpp-python loads the file
 and chats; the file's tokenizer gives the same ids as transformers' for the test prompts, its chat template renders
 the test conversations token for token as transformers' does, and the Modelfile's template writes them as the GGUF's
-own template. Marked gguf: they need the gguf extra (`bash scripts/setup.sh --gguf`; a 6-minute build), which the
+own template; through the CLI, a sweep of the GGUF candidate exported back to GGUF keeps the sweep's token ids. Marked gguf: they need the gguf extra (`bash scripts/setup.sh --gguf`; a 6-minute build), which the
 default suite does not install. The default suite checks the error without it (tests/search/test_gguf_sweep.py)."""
 
 from __future__ import annotations
@@ -131,3 +131,37 @@ def test_the_modelfile_writes_the_conversations_as_the_ggufs_own_template(smollm
     assert directives["stop"] == "<|im_end|>"
     for messages in conversations + [[{"role": "user", "content": "hello"}]]:
         assert ollama_prompt(directives, messages[:-1] or messages) == formatter(messages=messages[:-1] or messages).prompt
+
+
+def test_a_gguf_candidate_swept_and_exported_back_to_gguf_keeps_the_sweeps_tokens(tmp_path):
+    """The round trip through the CLI: SmolLM2's GGUF file as the candidate (the machine's dequantized copy), one
+    short trial, the winner exported as gguf-q8_0 and measured; the exported file's own tokenizer turns each test
+    prompt's text back into exactly the ids the sweep tokenized it to."""
+    from llama_cpp import Llama
+    from transformers import AutoTokenizer
+
+    from finesweep.trainer.data import load_tokenized
+    from finesweep.trainer.serving.generate import last_response_span
+    from tests.sweeps import causal_lm_sweep, finesweep
+
+    source = _smollm2_gguf()
+    tiny.write_jsonl(tmp_path / "chats.jsonl", tiny.conversation_rows(120))
+    model = f"{{name: smol, path: {source.parent}, gguf_file: {source.name}}}"
+    sweep = causal_lm_sweep("smol-round-trip", 1, "chats.jsonl", model, quantization="[gguf-q8_0]")
+    (tmp_path / "sweep.yaml").write_text(sweep.replace("num_trials: 2", "num_trials: 1"))
+    result = finesweep("run", "sweep.yaml", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    export = tmp_path / "runs" / "smol-round-trip" / "export"
+    metrics = json.loads((export / "metrics.json").read_text())
+    assert {"perplexity", "ms_per_generated_token"} <= set(metrics["gguf-q8_0"])
+
+    (tokenized,) = (tmp_path / "runs" / "smol-round-trip" / "cache" / "tokenized").iterdir()
+    test = load_tokenized(tokenized)["test"]
+    tokenizer = AutoTokenizer.from_pretrained(export / "model")
+    llm = Llama(str(export / "model-gguf-q8_0" / "model.gguf"), n_ctx=512, verbose=False, vocab_only=True)
+    add_bos = llm.metadata.get("tokenizer.ggml.add_bos_token") == "true"
+    assert len(test) >= 5
+    for row in test:
+        prompt = row["input_ids"][:last_response_span(row["labels"])[0]]
+        text = tokenizer.decode(prompt, skip_special_tokens=False)
+        assert llm.tokenize(text.encode(), add_bos=add_bos, special=True) == prompt
