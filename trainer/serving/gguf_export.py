@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib.util
+import json
 import logging
 import os
 import subprocess
@@ -61,6 +62,7 @@ def export_gguf(full_dir: Path, method: Quantization, out_dir: Path, threads: in
     README, its tokenizer and configs; returns `out_dir`."""
     method = Quantization(method)
     full_dir, out_dir = Path(full_dir), Path(out_dir)
+    refuse_custom_code(full_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / GGUF_FILE
     if method in CONVERTER_TYPES:
@@ -79,6 +81,16 @@ def export_gguf(full_dir: Path, method: Quantization, out_dir: Path, threads: in
     (out_dir / "README.md").write_text(usage(method, out_dir.name), encoding="utf-8")
     log.info("%s: saved %s to %s", full_dir.name, method.value, target)
     return out_dir
+
+
+def refuse_custom_code(full_dir: Path) -> None:
+    """llama.cpp's converter loads tokenizers with trust_remote_code=True: a folder whose configs name code of its
+    own (`auto_map`) would run it, whatever the sweep file said. Such models are not converted."""
+    for name in ("config.json", "tokenizer_config.json"):
+        path = full_dir / name
+        if path.is_file() and "auto_map" in json.loads(path.read_text(encoding="utf-8")):
+            raise RuntimeError(f"{path} names code of the model's own (auto_map), which llama.cpp's converter would "
+                               "run (it trusts remote code); a GGUF export of such a model is not made")
 
 
 def convert(full_dir: Path, target: Path, out_type: str) -> None:
