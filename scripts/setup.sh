@@ -45,7 +45,7 @@ else
 fi
 if [ "$with_gguf" = 1 ]; then
     echo "setup: the gguf extra (llama-cpp-python $LLAMA_CPP_PYTHON builds from source the first time: minutes)"
-    pip_install "llama-cpp-python==$LLAMA_CPP_PYTHON" "diskcache>=5.6" "sentencepiece>=0.2"
+    pip_install "llama-cpp-python==$LLAMA_CPP_PYTHON" "diskcache==5.6.3" "sentencepiece==0.2.3"   # as tested
     converter=.venv/extras/llama.cpp
     if [ ! -f "$converter/convert_hf_to_gguf.py" ]; then
         source_dir=$(mktemp -d)
