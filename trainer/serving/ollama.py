@@ -46,8 +46,7 @@ def chat_blocks(tokenizer: Any) -> ChatBlocks | None:
         without_system = _render(tokenizer, _conversation(False, 1), False)
     except Exception:  # noqa: BLE001 - a template that refuses these conversations is not one of role blocks
         return None
-    if not all(marker in full for marker in MARKERS.values()) or not asked.startswith(unasked) \
-            or MARKERS["user"] not in without_system:
+    if not all(marker in full for marker in MARKERS.values()) or not asked.startswith(unasked):
         return None
     generation = asked[len(unasked):]
     head, after_system, user_to_assistant, assistant_to_user, user2_to_assistant2, tail = \
@@ -56,11 +55,12 @@ def chat_blocks(tokenizer: Any) -> ChatBlocks | None:
             or not user_to_assistant.endswith(generation):
         return None
     user_prefix = assistant_to_user[len(tail):]
-    if not after_system.endswith(user_prefix):
+    first_user = without_system.find(user_prefix + MARKERS["user"])
+    if not after_system.endswith(user_prefix) or first_user < 0:
         return None
     suffix = {"system": after_system[:len(after_system) - len(user_prefix)],
               "user": user_to_assistant[:len(user_to_assistant) - len(generation)], "assistant": tail}
-    before_user = without_system[:without_system.index(user_prefix + MARKERS["user"])]
+    before_user = without_system[:first_user]
     default = _default_system(before_user, head, suffix["system"])
     start = _start(tokenizer, head, before_user, default)
     prefix = {"system": head[len(start):], "user": user_prefix, "assistant": generation}
