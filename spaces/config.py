@@ -225,6 +225,12 @@ class ResourcesConfig(Section):
     micro_batch: Literal["fastest", "largest"] = Field("fastest", description="Micro-batch trials use: the probe's fastest (samples/s) fitting one, or the largest that fits.")
     gradient_checkpointing: Literal["auto", "on", "off"] = Field("auto", description="Recompute activations in the backward pass to fit a larger micro-batch. auto: where the largest effective batch needs gradient accumulation, the probe also measures with checkpointing and each trial trains with the plan whose measured samples/s is higher; on or off: always or never.")
 
+    @field_validator("gradient_checkpointing", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads an unquoted `on`/`off` as true/false: take them as the words the user wrote.
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
     @model_validator(mode="after")
     def _one_gpu_per_rank(self) -> "ResourcesConfig":
         # A rank trains on one device: NCCL refuses two ranks on one GPU (their process group fails to start), and a

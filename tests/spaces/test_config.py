@@ -189,6 +189,13 @@ def test_bad_memory_budget_is_a_sweep_file_error(tmp_path):
         load(write(tmp_path, MINIMAL + "resources: {memory_budget: lots}\n"))
 
 
+@pytest.mark.parametrize("written, expected", [("on", "on"), ("off", "off"), ("'on'", "on"), ("auto", "auto")])
+def test_gradient_checkpointing_on_and_off_as_yaml_reads_them(tmp_path, written, expected):
+    # YAML 1.1 reads an unquoted on/off as a boolean; the user wrote the word the field's description names.
+    config = load(write(tmp_path, MINIMAL + f"resources: {{gradient_checkpointing: {written}}}\n"))
+    assert config.resources.gradient_checkpointing == expected
+
+
 def test_config_is_immutable():
     config = SweepConfig.model_validate(yaml.safe_load(MINIMAL))
     with pytest.raises(Exception):

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One lease's GPU check, on a machine assembled by ../shared/tools/gpu-payload (site packages in /tmp/site): the
+# gpu-marked tests, the default suite (4 workers, in the background, bounded), and the LLM example with QLoRA and
+# gradient checkpointing in bf16. Writes OUT/all.tgz (gpu.txt, gpu-tests.log, suite.log, llm.log, gpu-use.*, the
+# export's metrics.json and deploy.json, summary.json, finesweep.log): one file, as a lease brings back at most 8.
+# Usage on the GPU machine:  OUT=... bash benchmarks/gpu/check.sh   (ends within CHECK_SECONDS, 540 by default)
+set -uo pipefail
+out=${OUT:?set OUT}/w
+mkdir -p "$out"
+t0=$(date +%s); limit=${CHECK_SECONDS:-540}
+elapsed() { echo $(( $(date +%s) - t0 )); }
+# torchao travels inside the payload (_extras/torchao), where setup.sh puts it beside the venv.
+[ -d /tmp/site/_extras/torchao ] && mkdir -p .venv/extras && cp -r /tmp/site/_extras/torchao .venv/extras/
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+python3 -c "import torch, transformers, peft, accelerate, bitsandbytes as b, ray, mlflow, optuna; print('torch', \
+torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'accelerate', \
+accelerate.__version__, 'bitsandbytes', b.__version__, 'ray', ray.__version__, 'mlflow', mlflow.__version__, \
+'optuna', optuna.__version__)" 2>&1 | tail -1 | tee -a "$out/gpu.txt"
+lscpu | grep -o 'avx512[a-z_0-9]*' | sort -u | tr '\n' ' ' >> "$out/gpu.txt"; nproc >> "$out/gpu.txt"
+timeout $(( limit - 60 - $(elapsed) )) python3 -m pytest -n 4 -v --timeout 400 --durations=25 \
+  > "$out/suite.log" 2>&1 &
+suite=$!
+timeout 170 python3 -m pytest -m gpu -rA -v --timeout 150 --durations=5 > "$out/gpu-tests.log" 2>&1
+echo "gpu tests rc=$? at +$(elapsed)s"; grep -E "PASS|FAIL|ERROR|^E |passed|failed" "$out/gpu-tests.log" | head -30
+METHODS=qlora CHECKPOINTING=on LLM_TIMEOUT=$(( limit - 20 - $(elapsed) )) bash benchmarks/gpu/llm-example.sh "$out"
+echo "llm done at +$(elapsed)s"
+grep -v "^\s*File\|^\s*\^" "$out/llm.log" | tail -40
+cp runs/smollm2-chat/finesweep.log "$out/" 2>/dev/null
+wait $suite; echo "suite rc=$? at +$(elapsed)s"
+grep -E "FAILED|ERROR|passed|failed" "$out/suite.log" | tail -25
+tar -czf "$OUT/all.tgz" -C "$OUT" w && rm -rf "$out"
