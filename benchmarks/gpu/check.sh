@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # One lease's GPU check, on a machine assembled by ../shared/tools/gpu-payload (site packages in /tmp/site): the
 # gpu-marked tests, the default suite (4 workers, in the background, bounded), and the LLM example with QLoRA and
-# gradient checkpointing in bf16. Writes OUT/all.tgz (gpu.txt, gpu-tests.log, suite.log, llm.log, gpu-use.*, the
-# export's metrics.json and deploy.json, summary.json, finesweep.log): one file, as a lease brings back at most 8.
+# gradient checkpointing in bf16. Writes OUT/all.tgz (machine.txt, gpu.txt, gpu-tests.log, suite.log, llm.log,
+# gpu-use.*, the export's metrics.json and deploy.json, summary.json, finesweep.log): one file (a lease brings back
+# at most 8).
 # Usage on the GPU machine:  OUT=... bash benchmarks/gpu/check.sh   (ends within CHECK_SECONDS, 540 by default)
+# Packing (session 17): pack.sh's list must leave out llama-cpp-python (built here by setup.sh --gguf: pip finds no
+# wheel to carry, and one missing requirement empties the whole payload); torchao goes in as _extras/torchao (copy
+# .venv/extras/torchao into the site folder before it is tarred); transformers too where the image's is under 5.23.
 set -uo pipefail
 out=${OUT:?set OUT}/w
 mkdir -p "$out"
@@ -11,16 +15,17 @@ t0=$(date +%s); limit=${CHECK_SECONDS:-540}
 elapsed() { echo $(( $(date +%s) - t0 )); }
 # torchao travels inside the payload (_extras/torchao), where setup.sh puts it beside the venv.
 [ -d /tmp/site/_extras/torchao ] && mkdir -p .venv/extras && cp -r /tmp/site/_extras/torchao .venv/extras/
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/machine.txt"
 python3 -c "import torch, transformers, peft, accelerate, bitsandbytes as b, ray, mlflow, optuna; print('torch', \
 torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'accelerate', \
 accelerate.__version__, 'bitsandbytes', b.__version__, 'ray', ray.__version__, 'mlflow', mlflow.__version__, \
-'optuna', optuna.__version__)" 2>&1 | tail -1 | tee -a "$out/gpu.txt"
-lscpu | grep -o 'avx512[a-z_0-9]*' | sort -u | tr '\n' ' ' >> "$out/gpu.txt"; nproc >> "$out/gpu.txt"
-timeout $(( limit - 60 - $(elapsed) )) python3 -m pytest -n 4 -v --timeout 400 --durations=25 \
+'optuna', optuna.__version__)" 2>&1 | tail -1 | tee -a "$out/machine.txt"
+lscpu | grep -o 'avx512[a-z_0-9]*' | sort -u | tr '\n' ' ' >> "$out/machine.txt"; nproc >> "$out/machine.txt"
+# SIGINT, not TERM: pytest interrupted that way still prints the failures it has seen (a lease's limit cuts it).
+timeout -s INT -k 20 $(( limit - 80 - $(elapsed) )) python3 -m pytest -n 4 -v --tb=short --timeout 300 --durations=25 \
   > "$out/suite.log" 2>&1 &
 suite=$!
-timeout 170 python3 -m pytest -m gpu -rA -v --timeout 150 --durations=5 > "$out/gpu-tests.log" 2>&1
+timeout -s INT -k 20 170 python3 -m pytest -m gpu -rA -v --tb=short --timeout 150 --durations=5 > "$out/gpu-tests.log" 2>&1
 echo "gpu tests rc=$? at +$(elapsed)s"; grep -E "PASS|FAIL|ERROR|^E |passed|failed" "$out/gpu-tests.log" | head -30
 METHODS=qlora CHECKPOINTING=on LLM_TIMEOUT=$(( limit - 20 - $(elapsed) )) bash benchmarks/gpu/llm-example.sh "$out"
 echo "llm done at +$(elapsed)s"

@@ -103,9 +103,23 @@ def kept_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
         return result.best_checkpoints
     metrics = getattr(result, "metrics", None) or {}
     if not metrics.get(TRAIN_CHECKPOINT_PATH):
-        return []
+        return persisted_checkpoints(result)
     from ray.train import Result
 
     run = Result.from_path(str(Path(metrics[TRAIN_CHECKPOINT_PATH]).parent))
     trial = {"trial_id": metrics.get("trial_id", "")}  # Tune adds it to its results; Ray Train's have none
     return [(checkpoint, {**trial, **kept}) for checkpoint, kept in run.best_checkpoints or []]
+
+
+def persisted_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
+    """The checkpoints a trial wrote to the sweep's storage that Tune never registered, read back from its folder.
+    Tune registers a function trainable's checkpoint with a save call it schedules after the result that carries it;
+    when the search's time budget ends between the two, the trial is stopped with the files in storage and the
+    result logged, but none of it in `best_checkpoints` (seen on a GPU, where a trial's one evaluation came at the
+    budget's end: the sweep had nothing to export)."""
+    path = getattr(result, "path", None)
+    if not path or not any(Path(path).glob("checkpoint_*")) or not (Path(path) / "result.json").is_file():
+        return []
+    from ray.tune import Result  # Tune's: read from result.json (Ray Train's reads its own snapshot file)
+
+    return Result.from_path(str(path)).best_checkpoints or []

@@ -75,6 +75,19 @@ def _export_graph(full_dir: Path, path: Path) -> None:
                                     output_names=["logits"], verbose=False,
                                     dynamic_shapes={name: {0: batch, 1: sequence} for name in INPUTS})
     program.save(str(path))
+    _drop_shape_annotations(path)
+
+
+def _drop_shape_annotations(graph: Path) -> None:
+    """The exporter's intermediate shape annotations (value_info) out of the graph file; nothing reads them but the
+    quantizer, which infers its own. onnxruntime before 1.32 turns the head's Gemm into a MatMul over the transposed
+    weight and then checks the old annotation against it: shape inference stops (measured with 1.30 and 1.31, the
+    onnxruntime of a CUDA image)."""
+    import onnx
+
+    model = onnx.load(str(graph), load_external_data=False)  # a large model's weights stay in their own files
+    del model.graph.value_info[:]
+    onnx.save(model, str(graph))
 
 
 @contextlib.contextmanager

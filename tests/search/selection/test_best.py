@@ -94,3 +94,12 @@ def test_tune_keeps_the_earliest_of_tied_checkpoints(tmp_path):
     assert kept == [10]
     best = pick_best(results, "acc", "max")
     assert best.step == 10 and os.path.isdir(best.checkpoint_dir)
+    # The same trial as Tune leaves it when the budget ends between a result and the save it schedules after it:
+    # the checkpoint in storage and the result logged, nothing registered. It is read back from the trial's folder.
+    unregistered = SimpleNamespace(best_checkpoints=[], path=results[0].path, metrics=results[0].metrics,
+                                   config=results[0].config)
+    recovered = pick_best([unregistered], "acc", "max")
+    assert (recovered.step, recovered.checkpoint_dir, recovered.trial_id) == (10, best.checkpoint_dir, best.trial_id)
+    empty = tmp_path / "no-checkpoint"
+    empty.mkdir()
+    assert pick_best([SimpleNamespace(best_checkpoints=[], path=str(empty), metrics={}, config={})], "acc", "max") is None

@@ -28,7 +28,7 @@ search:
   max_steps: 10
   initial_points: [{model: unstable}, {model: tiny}]
 resources: {cpus_per_trial: 1, memory_budget: 1GiB}
-export: {quantization: [int8]}
+export: {quantization: [none]}
 """
 
 

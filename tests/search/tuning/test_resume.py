@@ -14,7 +14,7 @@ from tests.sweeps import (crash_when, evaluation_steps, finesweep, one_model_swe
 
 TRIALS, MAX_STEPS, EVERY = 3, 90, 5  # a trial long enough that its middle outlasts a poll on a busy machine
 
-SWEEP = one_model_sweep("crashy", 5, TRIALS, EVERY, MAX_STEPS)
+SWEEP = one_model_sweep("crashy", 5, TRIALS, EVERY, MAX_STEPS, quantization="none")  # the full model is exported
 
 
 def _lose_the_saved_checkpoint(folder: Path, checkpoint: str) -> None:

@@ -88,8 +88,9 @@ def test_quantized_classifier_agrees_with_full(quantized_classifiers, classifier
     quant = AutoModelForSequenceClassification.from_pretrained(quantized_classifiers[method]).eval()
     batch = classification_collate(classifier_tokenizer)([dict(r) for r in classification_split(classifier_tokenizer, 128)])
     batch.pop("labels")
-    with torch.no_grad():
-        full_labels, quant_labels = full(**batch).logits.argmax(-1), quant(**batch).logits.argmax(-1)
+    with torch.no_grad():  # bitsandbytes' model loads onto the GPU where there is one; the full model stays here
+        full_labels = full(**batch).logits.argmax(-1)
+        quant_labels = quant(**{k: v.to(quant.device) for k, v in batch.items()}).logits.argmax(-1).cpu()
     # Agreement means something only if the full model tells the inputs apart: a model that answers one class for
     # everything would agree with any other that does the same.
     counts = torch.bincount(full_labels, minlength=len(LABELS))
