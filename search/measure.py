@@ -17,7 +17,7 @@ from finesweep.search.outputs.export import check_backends
 from finesweep.search.probe import sharing
 from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions
 from finesweep.search.probe.export_fit import fit_export
-from finesweep.search.probe.plan import RAY_START_SECONDS, TRIAL_START_SECONDS, apply, plan_search
+from finesweep.search.probe.plan import RAY_START_SECONDS, apply, plan_search
 from finesweep.search.probe.sharing import core_slots, gpu_slots
 from finesweep.search.probe.steer import dominated_precisions, slow_values, unmeasured_precisions, without
 from finesweep.search.probe.table import machine_probe_file, probe_all
@@ -189,7 +189,7 @@ def within_limit(config: SweepConfig, plan_for, limit: float, elapsed: float) ->
         update={"time_budget_minutes": max(search, 1.0) / 60})})
     # The cadence the search's own budget plans (search/probe/cadence.py lowers a default one where it must).
     every = (plan_for(budgeted) or provisional).eval_every_steps
-    needed = TRIAL_START_SECONDS + min(c.period_seconds(every) for c in provisional.combinations)
+    needed = min(c.start_seconds + c.period_seconds(every) for c in provisional.combinations)
     if search < needed:
         raise SweepFileError(
             f"search.time_limit {config.search.time_limit}: the data and the probe took {elapsed:.0f} s and the export "

@@ -63,6 +63,7 @@ class ProbeAttempt:
     mode: str = "train"
     timed_out: bool = False  # stopped at its deadline (its process killed): nothing measured
     parameters: int = 0  # the loaded model's weights (LoRA's included): the export saves and loads that many
+    load_seconds: float = 0.0  # loading the model for this attempt (0: the process had it): a trial's start pays it
 
     @property
     def samples_per_second(self) -> float:
@@ -137,13 +138,17 @@ class _ModelCache:
     def __init__(self) -> None:
         self.key: tuple | None = None
         self.model = None
+        self.load_seconds = 0.0  # what the latest get spent loading (0.0 when it served the kept model)
 
     def get(self, request: ProbeRequest, device: str):
         key = (repr(request.candidate), request.task, request.num_labels, _setup(request))
+        self.load_seconds = 0.0
         if key != self.key:
             self.model, self.key = None, None
             gc.collect()
+            started = time.perf_counter()
             self.model = _load(request, device)
+            self.load_seconds = time.perf_counter() - started
             self.key = key
         return self.model
 
@@ -174,9 +179,9 @@ def run_attempt(request: ProbeRequest, cache: _ModelCache, gauge: MemoryGauge, d
         seconds = run(model, request, device)
     except torch.OutOfMemoryError:
         return ProbeAttempt(request.batch, gauge.peak(), 0.0, out_of_memory=True, steps=steps, mode=request.mode,
-                            parameters=_parameters(model))
+                            parameters=_parameters(model), load_seconds=cache.load_seconds)
     return ProbeAttempt(request.batch, gauge.peak(), seconds, steps=steps, mode=request.mode,
-                        parameters=_parameters(model))
+                        parameters=_parameters(model), load_seconds=cache.load_seconds)
 
 
 def _parameters(model) -> int:

@@ -17,9 +17,6 @@ Pure: no Ray, no MLflow, no model loaded.
 
 from __future__ import annotations
 
-import heapq
-import math
-import random
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,12 +25,14 @@ from finesweep.search.probe.cadence import planned_cadence
 from finesweep.search.probe.exploit_share import auto_share, leaving_a_first_evaluation
 from finesweep.search.probe.export_time import export_seconds
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
+from finesweep.search.probe.simulate import TRIAL_START_SECONDS, Lane, Simulated, asha_milestones, simulate
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
 
-# Fixed costs the probe does not measure, from this project's CPU runs (benchmarks/README.md compares the plan's
-# predicted end with the real one). A trial starts: a Ray worker, transformers' import, the model and the splits.
-TRIAL_START_SECONDS = 10.0
+# Fixed costs the probe does not measure (TRIAL_START_SECONDS: search/probe/simulate.py). A trial's start counts
+# the probe's load of the model where it took longer than a small encoder's on a CPU (a QLoRA trial on a GPU took
+# about 30 s to its first step: CUDA's start, the 4-bit quantization).
+SMALL_MODEL_LOAD_SECONDS = 1.0
 RAY_START_SECONDS = 8.0  # a local Ray's start and Tune's set-up before the first trial
 # The budget a trial started first may fill: the rest is the margin for the probe's speeds being optimistic (the
 # trials' periods came out 5% shorter than planned on the quickstart), so it ends with its last evaluation.
@@ -53,6 +52,7 @@ class CombinationTimes:
     seconds_per_evaluation: float  # one pass over the validation split
     decode_seconds_per_token: float = 0.0  # a causal LM's greedy decoding at batch 1, as the probe measured it
     weight_bytes: int = 0  # the model's float32 weights, as the probe counted them (0: an older cache's answer)
+    start_seconds: float = TRIAL_START_SECONDS  # from a trial's launch to its first step
 
     def period_seconds(self, eval_every_steps: int) -> float:
         """One evaluation period: the steps between two evaluations and the evaluation."""
@@ -62,17 +62,6 @@ class CombinationTimes:
     def mean_batch(self) -> float:
         """The space's mean effective batch, in which seconds_per_step is counted."""
         return self.samples_per_second * self.seconds_per_step
-
-
-@dataclass
-class Simulated:
-    """One simulated search."""
-
-    seconds: float
-    started: int
-    completed: int  # trained to max_steps
-    stopped_early: int  # by ASHA
-    cut_by_budget: int
 
 
 @dataclass
@@ -110,7 +99,7 @@ class SearchPlan:
         return self.steps_per_evaluation(times) * times.seconds_per_step + times.seconds_per_evaluation
 
     def trial_seconds(self, times: CombinationTimes) -> float:
-        return TRIAL_START_SECONDS + self.evaluations * self.period(times)
+        return times.start_seconds + self.evaluations * self.period(times)
 
     @property
     def evaluations(self) -> int:
@@ -133,6 +122,7 @@ class SearchPlan:
                 "combinations": {c.key: {"seconds_per_step": round(c.seconds_per_step, 4),
                                          "seconds_per_evaluation": round(c.seconds_per_evaluation, 2),
                                          "steps_per_trial": self.trial_steps(c),
+                                         "start_seconds": round(c.start_seconds, 1),
                                          "trial_seconds": round(self.trial_seconds(c), 1)}
                                  for c in self.combinations}}
 
@@ -158,101 +148,15 @@ def combination_times(probes: dict[str, ProbeResult], effective_batches: list[in
             eval_sorted = length_grouped_megabatch(validation_rows, eval_batch) if grouped and validation_rows else None
             speed /= padded_fraction(lengths[result.model], result.micro_batch, result.seq_len, train_sorted)
             eval_speed /= padded_fraction(lengths[result.model], eval_batch, result.seq_len, eval_sorted)
+        start = TRIAL_START_SECONDS + max(result.load_seconds - SMALL_MODEL_LOAD_SECONDS, 0.0)
         times.append(CombinationTimes(key, speed, eval_speed, mean_batch / speed, validation_rows / eval_speed,
-                                      result.decode_seconds_per_token, result.weight_bytes))
+                                      result.decode_seconds_per_token, result.weight_bytes, start))
     return times
 
 
 def _eval_samples_per_second(result: ProbeResult) -> float:
     evals = [a for a in result.attempts if a.get("mode") == "eval" and a.get("seconds_per_step") and not a.get("error")]
     return max((a["batch"] / a["seconds_per_step"] for a in evals), default=0.0)
-
-
-def asha_milestones(max_evaluations: int, grace_period: int, reduction_factor: float) -> list[int]:
-    """The evaluations at which ASHA judges a trial, lowest first: Ray's single bracket puts its rungs at
-    grace x rf^k for k below int(log(max/grace) / log(rf) + 1) (tests/search/probe/test_plan.py checks Ray's own)."""
-    grace = min(grace_period, max_evaluations)
-    rungs = int(math.log(max_evaluations / grace) / math.log(reduction_factor) + 1)
-    return [int(grace * reduction_factor ** k) for k in range(rungs)]
-
-
-@dataclass(frozen=True)
-class Lane:
-    """What a trial of one combination costs in the simulation: seconds and optimizer steps per evaluation."""
-
-    period_seconds: float
-    steps: int
-
-
-def simulate(lanes: list[Lane], *, evaluations: int, num_trials: int, concurrency: int,
-             milestones: list[int] | None, reduction_factor: float, time_budget: float | None,
-             step_budget: int | None, seed: int, qualities: list[float] | None = None) -> Simulated:
-    """One run of the search in simulated time, evaluation by evaluation in the order they happen: trials take the
-    lanes (combinations) in turn, `concurrency` at once, a new one as soon as a slot frees; each has a random
-    quality that its every evaluation reports; ASHA stops a trial at a rung when its quality is below the
-    (1 - 1/rf) percentile of those recorded there (Ray's rule: the first at a rung always goes on); the budget ends
-    what runs when it is spent, and no trial starts that could not evaluate before that (it would only delay the
-    winner). `qualities`: the trials' qualities in order, instead of random ones."""
-    rng = random.Random(seed)
-    rungs: dict[int, list[float]] = {m: [] for m in (milestones or []) if m < evaluations}
-    outcome = Simulated(0.0, 0, 0, 0, 0)
-    events: list[tuple[float, int, int]] = []  # (when, trial, the evaluation it reaches then)
-    quality: dict[int, float] = {}
-
-    def lane(trial: int) -> Lane:
-        return lanes[trial % len(lanes)]
-
-    def start(at: float) -> None:
-        late = at > 0 and time_budget is not None and at + TRIAL_START_SECONDS + lane(outcome.started).period_seconds \
-            > time_budget
-        if outcome.started < num_trials and not late:
-            trial = outcome.started
-            outcome.started += 1
-            quality[trial] = qualities[trial] if qualities else rng.random()
-            heapq.heappush(events, (at + TRIAL_START_SECONDS + lane(trial).period_seconds, trial, 1))
-
-    for _ in range(concurrency):
-        start(0.0)
-    now, steps_spent = 0.0, 0
-    while events:
-        at, trial, evaluation = heapq.heappop(events)
-        if time_budget is not None and at > time_budget:
-            now, outcome.cut_by_budget = time_budget, outcome.cut_by_budget + 1 + len(events)
-            break
-        now, steps_spent = at, steps_spent + lane(trial).steps
-        end = "completed" if evaluation >= evaluations else _asha(rungs, evaluation, quality[trial], reduction_factor)
-        if step_budget is not None and steps_spent >= step_budget:
-            outcome.cut_by_budget += len(events) + (end is None)
-            outcome.completed += end == "completed"
-            outcome.stopped_early += end == "stopped"
-            break
-        if end is None:
-            heapq.heappush(events, (at + lane(trial).period_seconds, trial, evaluation + 1))
-            continue
-        outcome.completed += end == "completed"
-        outcome.stopped_early += end == "stopped"
-        start(at)
-    outcome.seconds = now
-    return outcome
-
-
-def _asha(rungs: dict[int, list[float]], evaluation: int, quality: float, reduction_factor: float) -> str | None:
-    """"stopped" when ASHA stops a trial reporting `quality` at `evaluation`, None when it goes on."""
-    if evaluation not in rungs:
-        return None
-    recorded = rungs[evaluation]
-    stop = bool(recorded) and quality < _percentile(recorded, 1 - 1 / reduction_factor)
-    recorded.append(quality)
-    return "stopped" if stop else None
-
-
-def _percentile(values: list[float], fraction: float) -> float:
-    """numpy's default (linear) percentile, as Ray's ASHA takes it."""
-    ordered = sorted(values)
-    position = fraction * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 @dataclass
@@ -274,15 +178,16 @@ def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_
     schedule = Schedule(evaluations)
     if time_budget is not None:
         slowest = max(combinations, key=lambda c: c.period_seconds(eval_every_steps))
-        if TRIAL_START_SECONDS + evaluations * slowest.period_seconds(eval_every_steps) > time_budget:
+        start = max(c.start_seconds for c in combinations)
+        if start + evaluations * slowest.period_seconds(eval_every_steps) > time_budget:
             fastest = min(combinations, key=lambda c: c.period_seconds(eval_every_steps))
             longest_evaluation = max(c.seconds_per_evaluation for c in combinations)
             period = max(fastest.period_seconds(eval_every_steps), 2 * longest_evaluation)
-            fits = int((time_budget - TRIAL_START_SECONDS) // period)
+            fits = int((time_budget - start) // period)
             why = (f"what {fastest.key} takes for {eval_every_steps} steps and its evaluation"
                    if period == fastest.period_seconds(eval_every_steps) else
                    f"twice the longest evaluation, {longest_evaluation:.0f} s")
-            stretched = _stretched(period, fastest, fits, evaluations, max_steps, time_budget)
+            stretched = _stretched(period, fastest, fits, evaluations, max_steps, time_budget, start)
             if stretched > period:
                 period = stretched
                 why += f", stretched to fill the budget but {BUDGET_MARGIN:.0%}"
@@ -303,13 +208,13 @@ def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_
 
 
 def _stretched(period: float, fastest: CombinationTimes, fits: int, evaluations: int, max_steps: int,
-               time_budget: float) -> float:
-    """The period lengthened so that the `fits` periods of a trial started first fill the budget but its margin,
-    where fewer than the file's `evaluations` fit (the fastest combination then still trains max_steps at most);
-    else the period as it is."""
+               time_budget: float, start: float) -> float:
+    """The period lengthened so that the `fits` periods of a trial started first (after its `start` seconds) fill
+    the budget but its margin, where fewer than the file's `evaluations` fit (the fastest combination then still
+    trains max_steps at most); else the period as it is."""
     if not 0 < fits < evaluations:
         return period
-    filling = (time_budget * (1 - BUDGET_MARGIN) - TRIAL_START_SECONDS) / fits
+    filling = (time_budget * (1 - BUDGET_MARGIN) - start) / fits
     ceiling = fastest.seconds_per_evaluation + max_steps * fastest.seconds_per_step / fits
     return max(period, min(filling, ceiling))
 
@@ -336,10 +241,10 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     if search.exploit.share == "auto" and search.time_budget_minutes:
         share, auto_note = auto_share(combinations, search.time_budget_minutes * 60, train_rows)
         search = search.model_copy(update={"exploit": search.exploit.model_copy(update={"share": share})})
-    search, cadence_notes = planned_cadence(search, combinations, TRIAL_START_SECONDS)
+    search, cadence_notes = planned_cadence(search, combinations, max(c.start_seconds for c in combinations))
     if search.time_budget_minutes:
         search, lowered = leaving_a_first_evaluation(
-            search, TRIAL_START_SECONDS + max(c.period_seconds(search.eval_every_steps) for c in combinations))
+            search, max(c.start_seconds + c.period_seconds(search.eval_every_steps) for c in combinations))
         auto_note += lowered
     time_budget = search.exploration_seconds  # the trials' share: the rest trains the winner (search.exploit)
     schedule = Schedule(search.max_steps // search.eval_every_steps)
@@ -354,7 +259,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                       export_seconds(config, combinations, test_rows, seq_len, export_timed_on_cpu_too,
                                      export_thread_ratio), Simulated(0.0, 0, 0, 0, 0),
                       cadence_notes + schedule.notes, schedule.period_seconds, per_evaluation)
-    lanes = [Lane(plan.period(c), round(plan.steps_per_evaluation(c))) for c in combinations]
+    lanes = [Lane(plan.period(c), round(plan.steps_per_evaluation(c)), c.start_seconds) for c in combinations]
     asha = search.asha if search.scheduler == "asha" else None
     milestones = asha_milestones(plan.evaluations, asha.grace_period, asha.reduction_factor) if asha else None
 

@@ -82,6 +82,12 @@ class ProbeResult:
         return 4 * max((a.get("parameters", 0) for a in self.attempts), default=0)
 
     @property
+    def load_seconds(self) -> float:
+        """Loading the model in the probe's process (CUDA's start and a 4-bit quantization included; 0.0: an older
+        cache's answer)."""
+        return max((a.get("load_seconds", 0.0) for a in self.attempts), default=0.0)
+
+    @property
     def decode_seconds_per_token(self) -> float:
         """A causal LM's measured greedy decoding at batch 1 (0.0: not measured: a classifier, an older cache)."""
         decoded = [a for a in self.attempts if a.get("mode") == "decode" and a.get("seconds_per_step") and not a.get("error")]

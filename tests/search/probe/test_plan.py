@@ -449,6 +449,24 @@ def test_each_export_pass_costs_more_for_a_larger_model_as_the_probe_counted_its
         {"m": counted}, [8], validation_rows=80)[0].weight_bytes == 4000
 
 
+def test_a_model_the_probe_took_long_to_load_starts_its_trials_later_and_fits_fewer_periods():
+    """The probe's first attempt loads the model (on a GPU: CUDA's start, a 4-bit quantization): beyond what a small
+    encoder takes, a trial's start pays it, and the trials' budget holds fewer periods after it."""
+    quick, slow = probe("m", "fp32", 8.0), probe("m", "fp32", 8.0)
+    quick.attempts[0]["load_seconds"], slow.attempts[0]["load_seconds"] = 0.5, 21.0
+    [quick_times] = planning.combination_times({"m": quick}, [8], validation_rows=80)
+    [slow_times] = planning.combination_times({"m": slow}, [8], validation_rows=80)
+    assert quick_times.start_seconds == START and slow_times.start_seconds == pytest.approx(START + 20.0)
+    assert probe("m", "fp32", 8.0).load_seconds == 0.0, "an older cache's answer: the fixed start"
+    schedules = [planned_schedule([times], max_steps=1000, eval_every_steps=10, time_budget=100.0, step_budget=None)
+                 for times in (quick_times, slow_times)]
+    period = quick_times.period_seconds(10)
+    assert [s.evaluations for s in schedules] == [int((100 - START) // period), int((100 - START - 20) // period)]
+    run = simulate([Lane(10.0, 10, start_seconds=30.0)], evaluations=2, num_trials=1, concurrency=1, milestones=None,
+                   reduction_factor=2, time_budget=None, step_budget=None, seed=0)
+    assert run.seconds == pytest.approx(30.0 + 2 * 10.0)
+
+
 def test_a_cpu_export_scores_the_test_split_with_every_core_where_the_probe_timed_one_trials():
     """The test-split passes speed up with the export's threads over a trial's, up to EXPORT_THREADS_CAP; the fixed
     costs (saving, ONNX export, speed passes) do not."""

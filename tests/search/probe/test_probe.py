@@ -387,6 +387,8 @@ def test_real_probe_process_measures_peak_memory_and_finds_the_exact_budget_limi
         assert evaluation.peak_bytes < large.peak_bytes  # no_grad keeps no activations for a backward pass
         # Every attempt counts the loaded model's weights, which the export's estimate grows with.
         assert small.parameters == evaluation.parameters == _parameters(tiny_classifier) > 0
+        # The fresh process loaded the model for its first attempt (a trial's start pays that); later ones reuse it.
+        assert small.load_seconds > 0 and large.load_seconds == evaluation.load_seconds == 0.0
         again = worker.attempt(base)  # after a far larger attempt in the same process: the same peak (pinned malloc)
         assert again.peak_bytes == pytest.approx(small.peak_bytes, rel=0.02)
         # A budget between the two peaks makes the answer lie strictly between 1 and 256.
