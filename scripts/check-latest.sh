@@ -24,6 +24,11 @@ while [ $# -gt 0 ]; do
     shift
 done
 
+# The suite also reads setup.sh's side folders (.venv/extras: torchao, an earlier transformers); without them the
+# torchao tests fail for a reason that is no release's.
+if [ ! -d .venv/extras/torchao/torchao ]; then
+    echo "check-latest: run scripts/setup.sh here first (the tests read .venv/extras)" >&2; exit 2
+fi
 rm -rf "$VENV" && "$PYTHON" -m venv "$VENV" || exit 2
 requirements=$(mktemp)
 trap 'rm -f "$requirements"' EXIT
