@@ -215,6 +215,13 @@ def saved_checkpoints_of_running_trials(sweep_dir: Path) -> dict[Path, str]:
     return named
 
 
+def lose_the_saved_checkpoint(folder: Path, checkpoint: str) -> None:
+    """What a controller killed at the wrong moment leaves (Tune deleted the checkpoint its saved state names, and
+    registered a newer one): here the named one moves to a name newer than any on disk."""
+    newest = max(int(p.name.split("_")[-1]) for p in folder.glob("checkpoint_*"))
+    (folder / checkpoint).rename(folder / f"checkpoint_{newest + 1:06d}")
+
+
 def crash_when(process: subprocess.Popen, ready: Callable[[], Any], moment: str, timeout: float = 300,
                crash: Callable[[subprocess.Popen], None] | None = None) -> Any:
     """Crash the sweep (`crash`, by default crash_sweep) as soon as `ready()` returns something true, and return it;

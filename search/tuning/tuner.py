@@ -47,14 +47,16 @@ def make_trainable(config: SweepConfig, context: TrialContext):
     return tune.with_resources(trainable, resources)
 
 
-def restore_tuner(config: SweepConfig, setup: TuneSetup):
+def restore_tuner(config: SweepConfig, setup: TuneSetup, path: Path | None = None):
     """The interrupted experiment, continued: finished trials stay finished, unfinished ones resume from their
-    last checkpoint, the searcher keeps its history; failed trials stay failed (their failure is recorded)."""
+    last checkpoint (one Tune deleted after its last state save replaced first: recovery.py), the searcher keeps
+    its history; failed trials stay failed (their failure is recorded). `path`: another experiment of the sweep
+    (the winner's continuation, search/tuning/exploit.py) instead of the search's."""
     from ray import tune
 
     tune_environment()
     install_old_module_paths()  # a sweep started before finesweep's modules moved saved their old paths
-    path = setup.storage.resolve() / setup.experiment_name
+    path = path or setup.storage.resolve() / setup.experiment_name
     recover_lost_checkpoints(path)
     return tune.Tuner.restore(str(path), trainable=make_trainable(config, setup.context), resume_unfinished=True,
                               resume_errored=False)

@@ -9,19 +9,12 @@ import sys
 from pathlib import Path
 
 from tests import tiny
-from tests.sweeps import (crash_when, evaluation_steps, finesweep, one_model_sweep, run_tags,
-                          saved_checkpoints_of_running_trials)
+from tests.sweeps import (crash_when, evaluation_steps, finesweep, lose_the_saved_checkpoint, one_model_sweep,
+                          run_tags, saved_checkpoints_of_running_trials)
 
 TRIALS, MAX_STEPS, EVERY = 3, 90, 5  # a trial long enough that its middle outlasts a poll on a busy machine
 
 SWEEP = one_model_sweep("crashy", 5, TRIALS, EVERY, MAX_STEPS, quantization="none")  # the full model is exported
-
-
-def _lose_the_saved_checkpoint(folder: Path, checkpoint: str) -> None:
-    """What a controller killed at the wrong moment leaves (Tune deleted the checkpoint its saved state names, and
-    registered a newer one): here the named one moves to a name newer than any on disk."""
-    newest = max(int(p.name.split("_")[-1]) for p in folder.glob("checkpoint_*"))
-    (folder / checkpoint).rename(folder / f"checkpoint_{newest + 1:06d}")
 
 
 def _mid_trial(sweep_dir: Path) -> dict[str, list[int]] | None:
@@ -42,7 +35,7 @@ def test_a_sweep_killed_mid_trial_resumes_without_rerunning_or_duplicating(tmp_p
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     before = crash_when(process, lambda: _mid_trial(sweep_dir), "a trial's third evaluation")
     folder, checkpoint = next(iter(saved_checkpoints_of_running_trials(sweep_dir).items()))
-    _lose_the_saved_checkpoint(folder, checkpoint)  # one trial also lost the checkpoint the saved state names
+    lose_the_saved_checkpoint(folder, checkpoint)  # one trial also lost the checkpoint the saved state names
 
     result = finesweep("resume", "sweep.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
