@@ -222,6 +222,28 @@ def lose_the_saved_checkpoint(folder: Path, checkpoint: str) -> None:
     (folder / checkpoint).rename(folder / f"checkpoint_{newest + 1:06d}")
 
 
+def forget_registered_checkpoints(experiment_dir: Path) -> None:
+    """What a controller killed between a trial's result and Tune's registration of its checkpoint leaves (Tune
+    registers it with a save call scheduled after the result): the newest saved state holds the trial's results, but
+    its checkpoint manager none. Done here to every running trial of the state, in Tune 2.60's format (a
+    cloudpickled _CheckpointManager, hex-encoded)."""
+    import pickle
+
+    import ray.cloudpickle
+
+    state_file = max(experiment_dir.glob("experiment_state-*.json"))
+    state = json.loads(state_file.read_text())
+    for pair in state["trial_data"]:
+        runtime = json.loads(pair[1])
+        if json.loads(pair[0])["status"] != "RUNNING":
+            continue
+        manager = pickle.loads(bytes.fromhex(runtime["checkpoint_manager"]["value"]))
+        manager._checkpoint_results, manager._latest_checkpoint_result = [], None
+        runtime["checkpoint_manager"]["value"] = ray.cloudpickle.dumps(manager).hex()
+        pair[1] = json.dumps(runtime)
+    state_file.write_text(json.dumps(state))
+
+
 def crash_when(process: subprocess.Popen, ready: Callable[[], Any], moment: str, timeout: float = 300,
                crash: Callable[[subprocess.Popen], None] | None = None) -> Any:
     """Crash the sweep (`crash`, by default crash_sweep) as soon as `ready()` returns something true, and return it;

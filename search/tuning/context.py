@@ -48,6 +48,9 @@ class TrialContext:
     samples_per_evaluation: dict[str, int] | None = None
     train_rows: int = 0  # rows of the training split: the baseline trains one epoch at most (0: unknown, no cap)
     exploitation: Exploitation | None = None  # set for the winner's continuation only; a fresh one at each resume
+    # trial id -> a whole checkpoint of its own on disk, for a resumed trial that Tune restores with none (see
+    # recovery.unregistered_checkpoints); None for a new sweep (and in a context pickled before it existed).
+    resume_checkpoints: dict[str, str] | None = None
 
 
 def trial_length(config: SweepConfig, context: TrialContext, key: str, effective_batch: int) -> tuple[int, int]:

@@ -2,7 +2,8 @@
 
 Tune saves its experiment state (trials, their latest checkpoints) only now and then, while trials go on reporting,
 checkpointing and creating MLflow runs. A controller killed in between leaves a saved state behind the disk and the
-tracking store; these functions read the saved state (ray_compat.saved_trials) and mend the difference.
+tracking store; these functions read the saved state (ray_compat.saved_trials) and mend the difference, or find
+what the resumed trials need to mend it themselves.
 """
 
 from __future__ import annotations
@@ -67,6 +68,29 @@ def recover_lost_checkpoints(experiment_dir: Path) -> list[str]:
                     "from the newer %s instead", trial.trial_id, lost, whole[-1].name)
         repaired.append(trial.trial_id)
     return repaired
+
+
+def unregistered_checkpoints(experiment_dir: Path) -> dict[str, str]:
+    """trial id -> its most trained whole checkpoint on disk, for each unfinished trial of Tune's saved state.
+
+    Tune registers a function trainable's checkpoint only with a save call it schedules after the result that carries
+    it (tune_controller's _schedule_trial_save); a state saved in between holds the result but not the checkpoint. A
+    trial whose first checkpoint fell in that window is restored with none and would train again from its start (the
+    winner's continuation: from the winner's checkpoint, losing what it had trained; seen in CI about one run in
+    three). The trial takes this one only where Tune gives it none (trainable.py); Tune's own always comes first."""
+    found = {}
+    for trial in saved_trials(experiment_dir):
+        if trial.status in ("TERMINATED", "ERROR"):
+            continue
+        whole = [(_trained_step(p), p) for p in trial.folder.glob("checkpoint_*") if is_whole_checkpoint(p)]
+        if whole:
+            found[trial.trial_id] = str(max(whole)[1])
+    return found
+
+
+def _trained_step(checkpoint: Path) -> int:
+    """The Trainer's step a checkpoint was saved at (Tune's folder numbers restart their count after some resumes)."""
+    return int(json.loads((checkpoint / "trainer_state.json").read_text()).get("global_step") or 0)
 
 
 def is_whole_checkpoint(folder: Path) -> bool:

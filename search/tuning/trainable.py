@@ -55,7 +55,7 @@ def train_in_this_process(params: dict[str, Any], context: TrialContext, config:
 
     output_dir = scratch_dir(tune.get_context().get_trial_id())
     try:
-        restored = _restored_checkpoint(output_dir)
+        restored = _restored_checkpoint(output_dir, context)
         plan = build_plan(params, context, str(output_dir), restored)
         if context.exploitation:
             plan = exploit.trial_plan(plan, context.exploitation, restored,
@@ -70,8 +70,13 @@ def train_in_this_process(params: dict[str, Any], context: TrialContext, config:
         shutil.rmtree(output_dir, ignore_errors=True)
 
 
-def _restored_checkpoint(output_dir: Path) -> str | None:
-    """The trial's last reported checkpoint when Tune restarts it (worker lost, sweep resumed), copied locally."""
+def _restored_checkpoint(output_dir: Path, context: TrialContext) -> str | None:
+    """The trial's last checkpoint when Tune restarts it (worker lost, sweep resumed), copied locally: the last one
+    Tune registered, else one of its own the resume found on disk that Tune had not registered yet."""
     from ray import tune
 
-    return copy_checkpoint(tune.get_checkpoint(), output_dir)
+    checkpoint = tune.get_checkpoint()
+    own = (context.resume_checkpoints or {}).get(tune.get_context().get_trial_id())
+    if checkpoint is None and own and Path(own).is_dir():
+        checkpoint = tune.Checkpoint.from_directory(own)
+    return copy_checkpoint(checkpoint, output_dir)

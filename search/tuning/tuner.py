@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,7 @@ from finesweep.search.tuning.context import TrialContext
 from finesweep.search.tuning.distributed import DRIVER_RESOURCES, data_parallel_trainable
 from finesweep.search.tuning.moved import install_old_module_paths
 from finesweep.search.tuning.ray_cluster import tune_environment
-from finesweep.search.tuning.recovery import recover_lost_checkpoints
+from finesweep.search.tuning.recovery import recover_lost_checkpoints, unregistered_checkpoints
 from finesweep.search.tuning.samplers import make_scheduler, make_searcher
 from finesweep.search.tuning.trainable import run_trial
 from finesweep.spaces import SweepConfig
@@ -49,7 +49,8 @@ def make_trainable(config: SweepConfig, context: TrialContext):
 
 def restore_tuner(config: SweepConfig, setup: TuneSetup, path: Path | None = None):
     """The interrupted experiment, continued: finished trials stay finished, unfinished ones resume from their
-    last checkpoint (one Tune deleted after its last state save replaced first: recovery.py), the searcher keeps
+    last checkpoint (one Tune deleted after its last state save replaced first, one it had not registered yet given
+    to the trial: recovery.py), the searcher keeps
     its history; failed trials stay failed (their failure is recorded). `path`: another experiment of the sweep
     (the winner's continuation, search/tuning/exploit.py) instead of the search's."""
     from ray import tune
@@ -58,7 +59,8 @@ def restore_tuner(config: SweepConfig, setup: TuneSetup, path: Path | None = Non
     install_old_module_paths()  # a sweep started before finesweep's modules moved saved their old paths
     path = path or setup.storage.resolve() / setup.experiment_name
     recover_lost_checkpoints(path)
-    return tune.Tuner.restore(str(path), trainable=make_trainable(config, setup.context), resume_unfinished=True,
+    context = replace(setup.context, resume_checkpoints=unregistered_checkpoints(path))
+    return tune.Tuner.restore(str(path), trainable=make_trainable(config, context), resume_unfinished=True,
                               resume_errored=False)
 
 

@@ -1,5 +1,6 @@
 """Resume after a crash between Tune's state saves: trials the saved state does not know leave no open MLflow runs,
-and a trial whose saved checkpoint Tune deleted resumes from its newest whole one."""
+a trial whose saved checkpoint Tune deleted resumes from its newest whole one, and one whose checkpoint Tune had not
+registered yet is given its most trained whole one."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from finesweep.search.tracking.tags import END_STATE_TAG, TRIAL_TAG
 from finesweep.search.tuning.recovery import drop_runs_of_unsaved_trials, saved_trials
 
 
-def _saved_state(experiment_dir: Path, trial_ids: list[str]) -> None:
-    """An experiment state holding `trial_ids` as RUNNING, in the fields Tune 2.60 writes (the ones read back)."""
+def _saved_state(experiment_dir: Path, trial_ids: list[str], finished: tuple[str, ...] = ()) -> None:
+    """An experiment state holding `trial_ids` as RUNNING (TERMINATED where `finished`), in the fields Tune 2.60
+    writes (the ones read back)."""
     experiment_dir.mkdir(parents=True)
-    trial_data = [[json.dumps({"trial_id": t, "status": "RUNNING", "relative_logdir": f"trial-{t}"}),
+    trial_data = [[json.dumps({"trial_id": t, "status": "TERMINATED" if t in finished else "RUNNING",
+                               "relative_logdir": f"trial-{t}"}),
                    json.dumps({"last_result": {"checkpoint_dir_name": "checkpoint_000001"}})] for t in trial_ids]
     (experiment_dir / "experiment_state-2026-11-22_10-00-00.json").write_text(json.dumps({"trial_data": trial_data}))
 
@@ -77,3 +80,17 @@ def test_a_lost_checkpoint_with_no_whole_newer_one_is_left_for_tune_to_report(tm
     _cut(_checkpoint(tmp_path / "tune" / "trial-t1" / "checkpoint_000002", 20) / "model.safetensors")
     assert recover_lost_checkpoints(tmp_path / "tune") == []
     assert (tmp_path / "tune" / "trial-t1" / "checkpoint_000002").is_dir()
+
+
+def test_an_unfinished_trial_is_given_its_most_trained_whole_checkpoint_for_when_tune_restores_it_with_none(tmp_path):
+    """Tune's folder numbers are not the order of training (they restart after some resumes): the step is."""
+    from finesweep.search.tuning.recovery import unregistered_checkpoints
+
+    _saved_state(tmp_path / "tune", ["t1", "t2", "done"], finished=("done",))
+    trial = tmp_path / "tune" / "trial-t1"
+    _checkpoint(trial / "checkpoint_000000", 40)
+    _checkpoint(trial / "checkpoint_000003", 30)
+    _cut(_checkpoint(trial / "checkpoint_000004", 50) / "model.safetensors")  # half copied when the crash came
+    _checkpoint(tmp_path / "tune" / "trial-done" / "checkpoint_000001", 60)
+    assert unregistered_checkpoints(tmp_path / "tune") == {"t1": str(trial / "checkpoint_000000")}, \
+        "t2 has none on disk; a finished trial is not resumed"
