@@ -66,6 +66,7 @@ class Session(Measured):
     parent: str = ""
     plan: dict[str, Any] | None = None  # what the plan decided and predicted (a new sweep's; a resume keeps its own)
     exploitation: dict[str, Any] | None = None  # what training the winner further did (search.exploit), when it ran
+    no_export_reason: str = ""  # why the search left nothing to export, and the fix (callbacks.no_evaluation_reason)
 
 
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console,
@@ -156,7 +157,7 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
 
 def _search(session: Session, address: str | None, tune_experiment: str, resume: bool):
     from finesweep.search.tuning.recovery import drop_runs_of_unsaved_trials
-    from finesweep.search.tuning.callbacks import TrialEndRecorder, budget_end_state
+    from finesweep.search.tuning.callbacks import TrialEndRecorder, budget_end_state, no_evaluation_reason
     from finesweep.search.tuning.ray_cluster import start_ray
     from finesweep.search.tuning.scratch import remove_scratch_left_here
     from finesweep.search.tuning.tuner import TuneSetup, make_tuner, restore_tuner
@@ -195,6 +196,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
                     session.folder.root / "plots", session.console.warn)
     # With search.second_objective: the Pareto front printed and logged, and the trial search.pick names.
     best = pick_export(results, config.search, tracker, session.parent, session.console, session.folder.root)
+    session.no_export_reason = "" if best else no_evaluation_reason(config, results)
     best = _exploit(session, setup, best, results, explored, continuing)
     session.console.leaderboard(tracker, session.experiment_id, session.parent, config.search.metric, config.search.mode)
     session.clock.lap("search")
@@ -224,7 +226,7 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
     tracker, parent, console = session.tracker, session.parent, session.console
     if best is None:
         tracker.set_tags(parent, {OUTCOME_TAG: "no trial produced an evaluation"})
-        console.warn("No trial reported an evaluation: nothing to export. See the failed trials above.")
+        console.warn(session.no_export_reason or "No trial reported an evaluation: nothing to export.")
         return {"best": None}
     tracker.set_tags(parent, {BEST_RUN_TAG: best.mlflow_run_id, BEST_STEP_TAG: best.step, BEST_TRIAL_TAG: best.trial_id})
     tracker.log_metrics(parent, {f"best_{best.metric}": best.value}, best.step)

@@ -96,6 +96,23 @@ def budget_end_state(config: SweepConfig, results) -> str:
     return "stopped_by_step_budget" if budget and spent >= budget else "stopped_by_time_budget"
 
 
+def no_evaluation_reason(config: SweepConfig, results) -> str:
+    """Why a search ended with no evaluation to export, and the fix: its trials failed, or the time budget ended
+    them all before their first evaluation (a slower start than the plan's: a busy machine, a large model's load)."""
+    failed = sum(1 for r in results if r.error is not None)
+    unevaluated = len(results) - failed
+    parts = [f"{failed} trial(s) failed (their errors are above and on their MLflow runs)"] if failed else []
+    if unevaluated:
+        search = config.search
+        budget = (f"the time budget ({search.time_budget_minutes:g} minutes)" if search.time_budget_minutes
+                  else "the search's budget")
+        parts.append(f"{unevaluated} trial(s) were stopped by {budget} before their first evaluation "
+                     f"(search.eval_every_steps {search.eval_every_steps}): raise search.time_budget_minutes (or "
+                     f"--time-limit), or lower search.eval_every_steps")
+    reasons = "; ".join(parts or ["no trial ran"])
+    return f"No trial reported an evaluation, so there is nothing to export: {reasons}."
+
+
 class TrialEndRecorder(Callback):
     """Closes each trial's MLflow run with its end state (an ASHA stop ends the trial's process before it can),
     and hands every result and end to `on_event` for the terminal display.

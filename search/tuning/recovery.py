@@ -85,6 +85,8 @@ def unregistered_checkpoints(experiment_dir: Path) -> dict[str, str]:
         whole = [(_trained_step(p), p) for p in trial.folder.glob("checkpoint_*") if is_whole_checkpoint(p)]
         if whole:
             found[trial.trial_id] = str(max(whole)[1])
+        log.info("resume: trial %s (%s) has %d whole checkpoint(s) on disk%s", trial.trial_id, trial.status,
+                 len(whole), f", the most trained {found[trial.trial_id]}" if whole else "")
     return found
 
 

@@ -81,3 +81,20 @@ def test_the_search_is_ended_by_whichever_budget_it_has(tmp_path):
     both("a", {"eval_loss": 1.0, "step": 100})
     assert both.stop_all(), "the step budget, spent long before the time budget"
     assert stoppers(_config(time_budget_minutes=None), tmp_path) is None
+
+
+class _Ended:
+    def __init__(self, error: Exception | None = None):
+        self.error = error
+
+
+def test_a_search_with_nothing_to_export_says_why_and_what_to_change():
+    """The QLoRA example on a busy GPU machine: its one trial started too slowly to evaluate in 1.5 minutes, and the
+    sweep said only "see the failed trials above" (there were none)."""
+    budget = callbacks.no_evaluation_reason(_config(time_budget_minutes=1.5, eval_every_steps=5), [_Ended()])
+    assert "1 trial(s) were stopped by the time budget (1.5 minutes)" in budget and "failed" not in budget
+    assert "search.time_budget_minutes" in budget and "search.eval_every_steps 5" in budget
+    both = callbacks.no_evaluation_reason(_config(time_budget_minutes=2), [_Ended(RuntimeError("x")), _Ended()])
+    assert both.startswith("No trial reported") and "1 trial(s) failed" in both and "1 trial(s) were stopped" in both
+    failed = callbacks.no_evaluation_reason(_config(), [_Ended(RuntimeError("x"))])
+    assert "failed" in failed and "stopped" not in failed
