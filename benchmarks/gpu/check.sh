@@ -6,7 +6,7 @@
 # export's metrics.json and deploy.json, summary.json, finesweep.log, gpu-tests.log, check-tests.log, suite.log): one
 # file (a lease brings back at most 8).
 # Usage on the GPU machine:  OUT=... bash benchmarks/gpu/check.sh   (ends within CHECK_SECONDS, 540 by default; the
-# LLM example gets LLM_SECONDS, 280, with BUDGET_MINUTES 2 of search and QUANTIZATION int8)
+# LLM example gets LLM_SECONDS, 250, with BUDGET_MINUTES 2 of search and QUANTIZATION int8)
 # Packing (session 17): pack.sh's list must leave out llama-cpp-python (built here by setup.sh --gguf: pip finds no
 # wheel to carry, and one missing requirement empties the whole payload); .venv/extras' torchao and earlier
 # transformers go in as _extras/ (copied into the site folder before it is tarred); the lock's transformers too
@@ -26,28 +26,34 @@ accelerate.__version__, 'bitsandbytes', b.__version__, 'ray', ray.__version__, '
 lscpu | grep -o 'avx512[a-z_0-9]*' | sort -u | tr '\n' ' ' >> "$out/machine.txt"; nproc >> "$out/machine.txt"
 # The third lease ran all three at once and learned too little: the QLoRA trial, sharing 16 cores with 6 suite workers
 # and the gpu tests, never evaluated, and the torchao test ran out of time. So: the LLM example alone first (its
-# export's bitsandbytes int8 only: the ONNX graph of a causal LM takes minutes), then the gpu tests with CHECK_TESTS
-# (tests that failed on a GPU before), and the default suite beside them only with SUITE_WORKERS > 0.
+# export's bitsandbytes int8 only: the ONNX graph of a causal LM takes minutes), then the gpu tests and, beside them,
+# CHECK_TESTS (tests that failed on a GPU before) and the default suite (only with SUITE_WORKERS > 0).
 METHODS=qlora CHECKPOINTING=on QUANTIZATION=${QUANTIZATION:-int8} BUDGET_MINUTES=${BUDGET_MINUTES:-2} \
-  LLM_TIMEOUT=$(( ${LLM_SECONDS:-280} )) bash benchmarks/gpu/llm-example.sh "$out" > "$out/llm-script.log" 2>&1
+  LLM_TIMEOUT=${LLM_SECONDS:-250} bash benchmarks/gpu/llm-example.sh "$out" > "$out/llm-script.log" 2>&1
 echo "llm done at +$(elapsed)s"; cat "$out/llm-script.log"
 grep -v "^\s*File\|^\s*\^" "$out/llm.log" | tail -40
 cp runs/smollm2-chat/finesweep.log "$out/" 2>/dev/null
 # SIGINT, not TERM: pytest interrupted that way still prints the failures it has seen (a lease's limit cuts it).
 suite=""
 if [ "${SUITE_WORKERS:-0}" -gt 0 ]; then
-  timeout -s INT -k 20 $(( limit - 30 - $(elapsed) )) python3 -m pytest -n "$SUITE_WORKERS" -v --tb=short --timeout 300 \
-    --durations=25 > "$out/suite.log" 2>&1 &
+  timeout -s INT -k 20 $(( limit - 30 - $(elapsed) )) python3 -m pytest -n "$SUITE_WORKERS" -v --tb=short \
+    --timeout 300 --durations=25 > "$out/suite.log" 2>&1 &
   suite=$!
 fi
-timeout -s INT -k 20 200 python3 -m pytest -m gpu -rA -v --tb=short --timeout 180 --durations=5 \
-  > "$out/gpu-tests.log" 2>&1
-echo "gpu tests rc=$? at +$(elapsed)s"; grep -E "PASS|FAIL|ERROR|^E |passed|failed" "$out/gpu-tests.log" | head -30
-tests=${CHECK_TESTS-tests/search/tuning/test_exploit.py::test_the_winner_trains_on_from_its_checkpoint_within_the_budget_and_a_crash_keeps_what_it_trained}
-if [ -n "$tests" ]; then
+crash_test=test_the_winner_trains_on_from_its_checkpoint_within_the_budget_and_a_crash_keeps_what_it_trained
+tests=${CHECK_TESTS-tests/search/tuning/test_exploit.py::$crash_test}
+checks=""
+if [ -n "$tests" ]; then  # beside the gpu tests: 16 cores hold both
   timeout -s INT -k 20 $(( limit - 20 - $(elapsed) )) python3 -m pytest -rA -v --tb=long --timeout 240 $tests \
-    > "$out/check-tests.log" 2>&1
-  echo "check tests rc=$? at +$(elapsed)s"; grep -E "PASS|FAIL|ERROR|^E |passed|failed" "$out/check-tests.log" | head -60
+    > "$out/check-tests.log" 2>&1 &
+  checks=$!
+fi
+timeout -s INT -k 20 $(( limit - 20 - $(elapsed) )) python3 -m pytest -m gpu -rA -v --tb=short --timeout 200 \
+  --durations=5 > "$out/gpu-tests.log" 2>&1
+echo "gpu tests rc=$? at +$(elapsed)s"; grep -E "PASS|FAIL|ERROR|^E |passed|failed" "$out/gpu-tests.log" | head -30
+if [ -n "$checks" ]; then
+  wait $checks; echo "check tests rc=$? at +$(elapsed)s"
+  grep -E "PASS|FAIL|ERROR|^E |passed|failed" "$out/check-tests.log" | head -60
 fi
 if [ -n "$suite" ]; then
   wait $suite; echo "suite rc=$? at +$(elapsed)s"; grep -E "FAILED|ERROR|passed|failed" "$out/suite.log" | tail -25

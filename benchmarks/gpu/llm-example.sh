@@ -3,7 +3,7 @@
 # Usage, from the project root of an install with CUDA torch (docs/gpus-and-clusters.md):
 #   bash benchmarks/gpu/llm-example.sh [OUT_DIR]      # -> OUT_DIR/{llm.log,gpu-use.csv,gpu-use.txt,metrics.json,deploy.json}
 #   METHODS=qlora CHECKPOINTING=on bash benchmarks/gpu/llm-example.sh OUT   # only QLoRA, gradient checkpointing on
-#   QUANTIZATION=int8 ...   # the export's variants (the file's: int8, onnx-int8; a causal LM's ONNX graph takes minutes)
+#   QUANTIZATION=int8 ...   # the export's variants (the file's: int8, onnx-int8; a causal LM's ONNX graph: minutes)
 # The example file as its comments say to run it on a GPU: precision bf16, max_seq_len 192 (the data's p99), with
 # a short search budget (BUDGET_MINUTES, 1.5) and 4 generation samples so the whole command takes about 6 minutes.
 set -euo pipefail

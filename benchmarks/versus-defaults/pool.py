@@ -49,7 +49,7 @@ def verdict(points: list[float], margin: float) -> str:
     error = statistics.stdev(points) / len(points) ** 0.5 if len(points) > 1 else float("nan")
     clear = "clearly met" if mean - 2 * error >= margin else "clearly missed" if mean + 2 * error < margin else ""
     held = "met on the mean" if mean >= margin else "missed on the mean"
-    return f"mean {mean:+.2f} points, standard error {error:.2f}, n={len(points)}: {held}{'; ' + clear if clear else ''}"
+    return f"mean {mean:+.2f} points, standard error {error:.2f}, n={len(points)}: {held}" + (f"; {clear}" if clear else "")
 
 
 def main() -> None:
