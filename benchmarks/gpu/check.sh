@@ -16,6 +16,8 @@ out=${OUT:?set OUT}/w
 mkdir -p "$out"
 t0=$(date +%s); limit=${CHECK_SECONDS:-540}
 elapsed() { echo $(( $(date +%s) - t0 )); }
+# pytest-timeout's per-test limit where it is installed (a GPU image has it; the project's .venv does not).
+per_test() { python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout $1"; }
 # torchao and the earlier transformers travel inside the payload (_extras/), where setup.sh puts them beside the venv.
 [ -d /tmp/site/_extras ] && mkdir -p .venv/extras && cp -r /tmp/site/_extras/. .venv/extras/
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/machine.txt"
@@ -37,18 +39,18 @@ cp runs/smollm2-chat/finesweep.log "$out/" 2>/dev/null
 suite=""
 if [ "${SUITE_WORKERS:-0}" -gt 0 ]; then
   timeout -s INT -k 20 $(( limit - 30 - $(elapsed) )) python3 -m pytest -n "$SUITE_WORKERS" -v --tb=short \
-    --timeout 300 --durations=25 > "$out/suite.log" 2>&1 &
+    $(per_test 300) --durations=25 > "$out/suite.log" 2>&1 &
   suite=$!
 fi
 crash_test=test_the_winner_trains_on_from_its_checkpoint_within_the_budget_and_a_crash_keeps_what_it_trained
 tests=${CHECK_TESTS-tests/search/tuning/test_exploit.py::$crash_test}
 checks=""
 if [ -n "$tests" ]; then  # beside the gpu tests: 16 cores hold both
-  timeout -s INT -k 20 $(( limit - 20 - $(elapsed) )) python3 -m pytest -rA -v --tb=long --timeout 240 $tests \
+  timeout -s INT -k 20 $(( limit - 20 - $(elapsed) )) python3 -m pytest -rA -v --tb=long $(per_test 240) $tests \
     > "$out/check-tests.log" 2>&1 &
   checks=$!
 fi
-timeout -s INT -k 20 $(( limit - 20 - $(elapsed) )) python3 -m pytest -m gpu -rA -v --tb=short --timeout 200 \
+timeout -s INT -k 20 $(( limit - 20 - $(elapsed) )) python3 -m pytest -m gpu -rA -v --tb=short $(per_test 200) \
   --durations=5 > "$out/gpu-tests.log" 2>&1
 echo "gpu tests rc=$? at +$(elapsed)s"; grep -E "PASS|FAIL|ERROR|^E |passed|failed" "$out/gpu-tests.log" | head -30
 if [ -n "$checks" ]; then

@@ -12,6 +12,8 @@ methods=${METHODS:-full, lora, qlora}
 checkpointing=${CHECKPOINTING:-auto}
 quantization=${QUANTIZATION:-int8, onnx-int8}
 mkdir -p "$out"
+sampler=""
+trap 'rm -f sweeps/smollm2-gpu.yaml; [ -z "$sampler" ] || kill $sampler 2>/dev/null || true' EXIT
 sed -e 's/^  precision: \[fp32\].*/  precision: [bf16]/' -e 's/^  max_seq_len: 96.*/  max_seq_len: 192/' \
     -e "s/^  time_budget_minutes: 7.*/  time_budget_minutes: ${BUDGET_MINUTES:-1.5}/" \
     -e 's/^  generation_samples: 16.*/  generation_samples: 4/' \
@@ -24,7 +26,6 @@ grep -n "precision:\|max_seq_len:\|method:\|time_budget\|generation_samples\|gra
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt"
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -lms 500 > "$out/gpu-use.csv" &
 sampler=$!
-trap 'kill $sampler 2>/dev/null; rm -f sweeps/smollm2-gpu.yaml' EXIT
 ${LLM_TIMEOUT:+timeout $LLM_TIMEOUT} python3 -m finesweep.search.cli run sweeps/smollm2-gpu.yaml > "$out/llm.log" 2>&1 \
   || echo "finesweep exited $?"
 kill $sampler
