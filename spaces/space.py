@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Protocol
 
-from finesweep.spaces.config import FloatRange, Method, Precision, SpaceConfig
+from finesweep.spaces.config import FLOAT_DIMENSIONS, FloatRange, Method, Precision, SpaceConfig
 from finesweep.spaces.search_config import BaselineRecipe
 
-FLOAT_DIMENSIONS = ("learning_rate", "warmup_ratio", "weight_decay")
 LORA_DIMENSIONS = ("lora_r", "lora_alpha")
 # The key a trial's config carries when it is the baseline (search.baseline), not a sample of the space.
 BASELINE_KEY = "baseline"
@@ -49,7 +48,8 @@ def unsuggested(point: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def suggest(trial: SuggestingTrial, space: SpaceConfig, models: list[str], precisions: list[str]) -> dict[str, Any]:
-    """Sample one trial's hyperparameters; returns the fixed (not searched) ones as constants."""
+    """Sample one trial's hyperparameters; returns the fixed (not searched) ones as constants (an unset dropout is
+    none of them: the checkpoint's own)."""
     choices = categorical_choices(space, models, precisions)
     point = {name: trial.suggest_categorical(name, choices[name])
              for name in ("model", "precision", "effective_batch_size", "method")}
@@ -58,7 +58,8 @@ def suggest(trial: SuggestingTrial, space: SpaceConfig, models: list[str], preci
             trial.suggest_categorical(name, choices[name])
     for name, dim in float_ranges(space).items():
         trial.suggest_float(name, dim.low, dim.high, log=dim.log)
-    return {name: getattr(space, name) for name in FLOAT_DIMENSIONS if name not in float_ranges(space)}
+    return {name: value for name in FLOAT_DIMENSIONS
+            if name not in float_ranges(space) and (value := getattr(space, name)) is not None}
 
 
 def baseline_point(baseline: BaselineRecipe | str, space: SpaceConfig, models: list[str],

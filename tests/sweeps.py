@@ -33,6 +33,7 @@ space:
   learning_rate: {{low: 3.0e-3, high: 3.0e-2, log: true}}
   effective_batch_size: [8, 16]
   precision: [fp32, bf16]
+  dropout: {{low: 0.0, high: 0.1}}
 search:
   num_trials: {NUM_TRIALS}
   metric: eval_loss

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -187,6 +188,27 @@ class TrainingSetup:
     lora_alpha: int = 16
     lora_dropout: float = 0.05
     gradient_checkpointing: bool = False
+    dropout: float | None = None  # every dropout rate of the model's config (space.dropout); None: the checkpoint's
+
+
+# A model configuration's dropout rates, whatever the architecture names them: BERT's hidden_dropout_prob,
+# attention_probs_dropout_prob and classifier_dropout, DistilBERT's dropout and seq_classif_dropout, GPT-2's resid_pdrop,
+# embd_pdrop and attn_pdrop, Llama's attention_dropout, T5's dropout_rate. (LayerDrop's layerdrop skips whole layers.)
+DROPOUT_FIELD = re.compile(r"(dropout|pdrop)(_prob|_rate)?$")
+
+
+def dropout_overrides(candidate: ModelCandidate, rate: float | None, trust_remote_code: bool) -> dict[str, float]:
+    """Config fields that set every dropout rate of the candidate's architecture to `rate` ({} for None: the
+    checkpoint's own). classifier_dropout is often unset (None: the head takes hidden_dropout_prob); it is set too."""
+    if rate is None:
+        return {}
+    from transformers import AutoConfig
+
+    source, kwargs = model_source(candidate, trust_remote_code)
+    config = AutoConfig.from_pretrained(source, **kwargs)
+    settings = config.get_text_config().to_dict()
+    return {name: rate for name, value in settings.items()
+            if DROPOUT_FIELD.search(name) and (isinstance(value, float) or value is None or type(value) is int)}
 
 
 # Checkpointing through torch.utils.checkpoint's non-reentrant path: it needs no input that requires grad, so it
@@ -199,15 +221,16 @@ def load_trainable(candidate: ModelCandidate, task: Task, label_names: list[str]
     """The candidate ready to train by `setup`, on `device`: full weights, LoRA adapters on the full model, or LoRA
     adapters on a 4-bit base (qlora, prepared for k-bit training as peft prescribes)."""
     method = Method(setup.method)
+    dropout = dropout_overrides(candidate, setup.dropout, trust_remote_code)
     if method == Method.qlora:
-        model = load_model(candidate, task, label_names, trust_remote_code,
+        model = load_model(candidate, task, label_names, trust_remote_code, **dropout,
                            quantization_config=four_bit_base(setup.precision, task), device_map={"": device})
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=setup.gradient_checkpointing,
                                                 gradient_checkpointing_kwargs=CHECKPOINTING_KWARGS)
     else:
-        model = load_model(candidate, task, label_names, trust_remote_code).to(device)
+        model = load_model(candidate, task, label_names, trust_remote_code, **dropout).to(device)
         if setup.gradient_checkpointing:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=CHECKPOINTING_KWARGS)
     if method.has_adapter:

@@ -152,9 +152,11 @@ class TrialEventPrinter:
         c = trial.config
         shown = dict.fromkeys([self.metric, "eval_loss", "eval_accuracy"])
         values = " ".join(f"{k}={_fmt(result[k])}" for k in shown if k in result)
+        dropout = f" dropout={c['dropout']:.2f}" if c.get("dropout") is not None else ""
         self._console.out.print(
             f"  trial {trial.trial_id} {c.get('model')} {c.get('precision')} {_method(c)} "
-            f"lr={c.get('learning_rate', 0):.2e} batch={c.get('effective_batch_size')}: step {result.get('step')} {values}")
+            f"lr={c.get('learning_rate', 0):.2e} batch={c.get('effective_batch_size')}{dropout}: step {result.get('step')} "
+            f"{values}")
 
 
 def _method(config: dict[str, Any]) -> str:

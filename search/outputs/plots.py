@@ -79,7 +79,7 @@ def typed_params(logged: dict[str, str], config: SweepConfig, precisions: list[s
         if match:
             typed[name] = match[0]
     for name in float_ranges(config.space):
-        if name in logged:
+        if logged.get(name) not in (None, "None"):  # "None": a dropout left at the checkpoint's own (the baseline)
             typed[name] = float(logged[name])
     return typed
 

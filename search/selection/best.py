@@ -25,7 +25,7 @@ BEST_SO_FAR = "finesweep_best_so_far"
 TRAIN_CHECKPOINT_PATH = "checkpoint_path"
 
 SAMPLED_KEYS = ("model", "precision", "method", "learning_rate", "effective_batch_size",
-                "warmup_ratio", "weight_decay", "lora_r", "lora_alpha")
+                "warmup_ratio", "weight_decay", "dropout", "lora_r", "lora_alpha")
 
 
 @dataclass(frozen=True)

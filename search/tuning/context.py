@@ -107,6 +107,7 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
         lora_r=params.get("lora_r"),
         lora_alpha=params.get("lora_alpha"),
         lora_dropout=config.space.lora_dropout,
+        dropout=None if params.get("dropout") is None else float(params["dropout"]),
         deepspeed_stage=config.resources.deepspeed_stage,
         gradient_checkpointing=context.checkpointing.get(key, False),
         use_gpu=config.resources.gpus_per_trial != 0,  # None (unset) on a CPU machine: no CUDA to use anyway

@@ -100,6 +100,25 @@ def test_the_mean_pooled_candidates_trials_train_and_keep_the_mean_pooled_head(f
     assert kinds.get(1) == {"finesweep_mean_pooled_bert"} and kinds.get(2) == {"bert"}, kinds
 
 
+def test_each_trial_trains_with_the_dropout_it_sampled_and_the_baseline_with_the_checkpoints(finished_sweep):
+    _, sweep_dir, _ = finished_sweep
+    experiment = json.loads((sweep_dir / "sweep-state.json").read_text())["tune_experiment"]
+    sampled = []
+    for trial in (sweep_dir / "tune" / experiment).glob("trial-*"):
+        params = json.loads((trial / "params.json").read_text())
+        wanted = params.get("dropout", 0.1)  # the baseline keeps the tiny checkpoint's own 0.1
+        assert ("dropout" in params) != bool(params.get("baseline")), params
+        sampled += [wanted] if "dropout" in params else []
+        for config_file in trial.glob("checkpoint_*/**/config.json"):
+            config = json.loads(config_file.read_text())
+            # The tiny checkpoint leaves classifier_dropout unset (its head takes hidden_dropout_prob); a sampled rate
+            # sets it.
+            names = ("hidden_dropout_prob", "attention_probs_dropout_prob",
+                     *(("classifier_dropout",) if "dropout" in params else ()))
+            assert [config[name] for name in names] == pytest.approx([wanted] * len(names)), (config_file, wanted)
+    assert sampled and all(0.0 <= rate <= 0.1 for rate in sampled) and min(sampled) < 0.1
+
+
 def _trial_working_dirs(sweep_dir: Path) -> list[Path]:
     """The working folders Ray gave the sweep's trials, in its session folder (under /tmp/ray by default)."""
     from finesweep.search.tuning.ray_compat import default_temp_dir

@@ -246,3 +246,17 @@ def test_gguf_origin_marks_a_dequantized_folder_so_it_cannot_sit_beside_a_gguf_f
         load(path)
     resolved = load(write(tmp_path, MINIMAL.replace("{name: m, path: model}", "{name: m, path: model, gguf_origin: /x/m.gguf}")))
     assert resolved.models[0].gguf_origin == "/x/m.gguf" and resolved.models[0].gguf_file is None
+
+
+def test_dropout_is_the_checkpoints_own_unless_the_space_fixes_or_searches_it():
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    assert "dropout" not in suggest(study.ask(), SpaceConfig(), ["a"], ["fp32"])  # unset: nothing to override
+    assert suggest(study.ask(), SpaceConfig(dropout=0.0), ["a"], ["fp32"])["dropout"] == 0.0
+    searched = SpaceConfig(dropout={"low": 0.0, "high": 0.1})
+    trial = study.ask()
+    assert "dropout" not in suggest(trial, searched, ["a"], ["fp32"]) and 0.0 <= trial.params["dropout"] <= 0.1
+    assert centre_point(searched)["dropout"] == pytest.approx(0.05)
+    assert SpaceConfig().point_problem({"dropout": 0.0}, ["a"]).startswith("dropout is not searched (space.dropout")
+    assert searched.point_problem({"dropout": 0.2}, ["a"]) == "dropout=0.2 lies outside the space's range [0, 0.1]"
+    with pytest.raises(ValueError, match=r"dropout must lie in \[0, 1\), but got 0..1"):
+        SpaceConfig(dropout={"low": 0.0, "high": 1.0})
