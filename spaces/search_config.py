@@ -68,7 +68,7 @@ class SearchConfig(Section):
     """How trials are sampled, run and stopped."""
 
     algorithm: Literal["tpe", "random", "grid"] = Field("tpe", description="Optuna sampler: multivariate TPE, random, or grid (every combination of the space, as a baseline).")
-    grid_points: int = Field(3, ge=2, description="Grid search: values per searched range (learning_rate, warmup_ratio, weight_decay), both ends included, log-spaced for a log range.")
+    grid_points: int = Field(3, ge=2, description="Grid search: values per searched range (learning_rate, warmup_ratio, weight_decay, dropout), both ends included, log-spaced for a log range.")
     scheduler: Literal["asha", "none"] = Field("asha", description="Early stopping of poor trials.")
     asha: AshaConfig = Field(default_factory=AshaConfig, description="ASHA settings.")
     num_trials: int = Field(8, ge=1, description="Trials to run, the baseline's (search.baseline) among them.")

@@ -45,6 +45,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--max-steps", type=int, default=-1, help="Stop after this many steps (the smoke run).")
     parser.add_argument("--max-seq-len", type=int, default=64)
+    parser.add_argument("--dropout", type=float, default=None,
+                        help="Every dropout rate of the model (hidden, attention, head); unset: the checkpoint's.")
     args = parser.parse_args()
 
     torch.set_num_threads(os.cpu_count() or 1)
@@ -53,8 +55,10 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
     train = encode(tokenizer, args.data_dir / "train.csv", label_ids, args.max_seq_len)
     test = encode(tokenizer, args.data_dir / "test.csv", label_ids, args.max_seq_len)
+    rates = {} if args.dropout is None else dict.fromkeys(
+        ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"), args.dropout)
     model = AutoModelForSequenceClassification.from_pretrained(
-        args.model_dir, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label_ids)
+        args.model_dir, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label_ids, **rates)
     training = TrainingArguments(
         output_dir=str(args.output_dir), num_train_epochs=args.epochs, max_steps=args.max_steps, use_cpu=True,
         eval_strategy="no", save_strategy="no", report_to="none")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import TRIAL_TAG
 from finesweep.spaces import SweepConfig, suggest
-from finesweep.spaces.space import categorical_choices, float_ranges
+from finesweep.spaces.space import BASELINE_KEY, categorical_choices, float_ranges
 
 if TYPE_CHECKING:
     import optuna
@@ -97,7 +97,9 @@ def replay_study(config: SweepConfig, curves: list[TrialCurve], precisions: list
     for curve in curves:
         params = typed_params(curve.params, config, precisions)
         if not _fits_space(space, params):
-            warn(f"sweep plots: trial {curve.name} left out, its logged parameters are not a point of the space")
+            # The baseline's recipe need not be a point of the space (a dropout left at the checkpoint's own is none).
+            say = log.info if curve.params.get(BASELINE_KEY) == "True" else warn
+            say(f"sweep plots: trial {curve.name} left out, its logged parameters are not a point of the space")
             continue
         study.enqueue_trial(params)
         trial = study.ask()

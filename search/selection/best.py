@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,10 +117,38 @@ def persisted_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
     Tune registers a function trainable's checkpoint with a save call it schedules after the result that carries it;
     when the search's time budget ends between the two, the trial is stopped with the files in storage and the
     result logged, but none of it in `best_checkpoints` (seen on a GPU, where a trial's one evaluation came at the
-    budget's end: the sweep had nothing to export)."""
+    budget's end: the sweep had nothing to export). Stopped a moment earlier, the result is not logged either (seen
+    on a CPU: result.json empty beside the checkpoint); that evaluation's metrics are then read from the Trainer's
+    own record in the checkpoint (its trainer_state.json), so the trial still competes."""
     path = getattr(result, "path", None)
-    if not path or not any(Path(path).glob("checkpoint_*")) or not (Path(path) / "result.json").is_file():
+    folders = sorted(Path(path).glob("checkpoint_*")) if path else []
+    if not folders:
         return []
-    from ray.tune import Result  # Tune's: read from result.json (Ray Train's reads its own snapshot file)
+    from ray.tune import Checkpoint, Result  # Tune's: read from result.json (Ray Train's reads its own snapshot file)
 
-    return Result.from_path(str(path)).best_checkpoints or []
+    logged = (Result.from_path(str(path)).best_checkpoints or []) if _has_results(Path(path)) else []
+    by_folder = {Path(checkpoint.path).name: (checkpoint, metrics) for checkpoint, metrics in logged}
+    trial = {"trial_id": Path(path).name.removeprefix("trial-")}
+    kept = []
+    for folder in folders:
+        checkpoint, metrics = by_folder.get(folder.name, (Checkpoint.from_directory(str(folder)), {}))
+        kept.append((checkpoint, metrics or {**trial, **trainer_evaluation(folder)}))
+    return kept
+
+
+def _has_results(trial_folder: Path) -> bool:
+    results = trial_folder / "result.json"
+    return results.is_file() and bool(results.read_text().strip())
+
+
+def trainer_evaluation(checkpoint_folder: Path) -> dict[str, Any]:
+    """The evaluation the Trainer logged at the step a checkpoint was saved ({} where it logged none): its eval_*
+    metrics and the step, from the checkpoint's trainer_state.json."""
+    states = sorted(checkpoint_folder.glob("**/trainer_state.json"))
+    if not states:
+        return {}
+    state = json.loads(states[0].read_text())
+    step = state.get("global_step")
+    found = {key: value for entry in state.get("log_history", []) if entry.get("step") == step
+             for key, value in entry.items() if key.startswith("eval_")}
+    return {**found, "step": step} if found else {}

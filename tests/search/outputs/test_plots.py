@@ -12,6 +12,7 @@ from finesweep.search.tuning.trainable import TrialContext, build_plan
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.tracking.tags import END_STATE_TAG, TRIAL_TAG
 from finesweep.spaces import SweepConfig
+from finesweep.spaces.config import FloatRange
 
 PLOTS = {"optimization_history.png", "parallel_coordinate.png", "param_importances.png", "learning_curves.png"}
 PRECISIONS = ["fp32", "bf16"]
@@ -138,3 +139,18 @@ def test_a_trial_outside_the_space_is_left_out_and_a_broken_store_never_raises(t
     warnings.clear()
     assert log_sweep_plots(config, tracker, experiment, "no-such-run", PRECISIONS, tmp_path / "p", warnings.append) == []
     assert warnings and "sweep plots" in warnings[0]
+
+
+def test_a_searched_dropout_is_replayed_and_the_baseline_at_the_checkpoints_own_is_left_out_quietly(tmp_path, caplog):
+    config = _config(tmp_path)
+    config = config.model_copy(update={"space": config.space.model_copy(update={"dropout": FloatRange(low=0.0, high=0.1)})})
+    baseline = ({**TRIALS[0][0], "baseline": True}, TRIALS[0][1])  # no dropout: the checkpoint's own
+    sampled = [({**params, "dropout": rate}, evaluations)
+               for (params, evaluations), rate in zip(TRIALS[1:4], (0.0, 0.04, 0.09))]
+    tracker, experiment, parent = _store(tmp_path, config, [baseline, *sampled])
+    warnings: list[str] = []
+    with caplog.at_level("INFO", logger="finesweep"):
+        study = replay_study(config, trial_curves(tracker, experiment, parent, "eval_accuracy"), PRECISIONS,
+                             warnings.append)
+    assert sorted(trial.params["dropout"] for trial in study.trials) == [0.0, 0.04, 0.09]
+    assert not warnings and "trial-00000 left out" in caplog.text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 from finesweep.search.selection.best import pick_best
@@ -103,3 +104,21 @@ def test_tune_keeps_the_earliest_of_tied_checkpoints(tmp_path):
     empty = tmp_path / "no-checkpoint"
     empty.mkdir()
     assert pick_best([SimpleNamespace(best_checkpoints=[], path=str(empty), metrics={}, config={})], "acc", "max") is None
+
+
+def test_a_checkpoint_saved_just_before_the_budget_stopped_its_trial_competes_with_the_trainers_own_record(tmp_path):
+    """The budget's end came between a trial's save and its result: a checkpoint in storage, result.json empty
+    (seen on a CPU: the sweep then stopped with Ray's KeyError). The Trainer's trainer_state.json in the checkpoint
+    holds that evaluation; a checkpoint without one has nothing to compete with."""
+    trial = tmp_path / "trial-d18a4cce"
+    (trial / "checkpoint_000001").mkdir(parents=True)
+    (trial / "result.json").write_text("")
+    state = {"global_step": 235, "log_history": [{"loss": 0.7, "step": 200}, {"eval_accuracy": 0.61, "step": 200},
+                                                 {"loss": 0.6, "step": 235},
+                                                 {"eval_accuracy": 0.77, "eval_loss": 0.58, "step": 235}]}
+    (trial / "checkpoint_000000").mkdir()
+    (trial / "checkpoint_000000" / "trainer_state.json").write_text(json.dumps(state))
+    stopped = SimpleNamespace(best_checkpoints=[], path=str(trial), metrics={}, config={"model": "m", "learning_rate": 1e-4})
+    best = pick_best([stopped], "eval_accuracy", "max")
+    assert (best.trial_id, best.step, best.value) == ("d18a4cce", 235, 0.77)
+    assert best.checkpoint_dir == trial / "checkpoint_000000" and best.params == {"model": "m", "learning_rate": 1e-4}

