@@ -22,6 +22,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from defaults_trainer import read_split
+from finesweep.trainer.mean_pooling import masked_mean
 from run import package_folder
 
 BATCH, LEARNING_RATE, MAX_SEQ_LEN, EVAL_BATCH = 8, 5e-5, 64, 64
@@ -50,10 +51,8 @@ def main() -> None:
     def logits(texts: list[str]) -> torch.Tensor:
         encoded = tokenizer(texts, truncation=True, max_length=MAX_SEQ_LEN, padding=True, return_tensors="pt")
         states = body(**encoded).last_hidden_state
-        if args.pooling == "cls":
-            return head(states[:, 0])
-        mask = encoded["attention_mask"].unsqueeze(-1).float()
-        return head((states * mask).sum(1) / mask.sum(1))
+        # The mean head pools as finesweep's own does (trainer/mean_pooling.py).
+        return head(states[:, 0] if args.pooling == "cls" else masked_mean(states, encoded["attention_mask"]))
 
     optimizer = torch.optim.AdamW([{"params": body.parameters(), "lr": LEARNING_RATE},
                                    {"params": head.parameters(), "lr": LEARNING_RATE * args.head_lr_multiple}],

@@ -138,7 +138,7 @@ def persisted_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
 
 def _has_results(trial_folder: Path) -> bool:
     results = trial_folder / "result.json"
-    return results.is_file() and bool(results.read_text().strip())
+    return results.is_file() and results.stat().st_size > 0
 
 
 def trainer_evaluation(checkpoint_folder: Path) -> dict[str, Any]:
