@@ -160,8 +160,10 @@ def _default_lr() -> FloatRange:
 
 
 FloatDim = Annotated[float | FloatRange, Field(union_mode="left_to_right")]
-# The space's continuous dimensions: each a fixed value or a searched range (dropout may also be unset).
+# The space's continuous dimensions: each a fixed value or a searched range (dropout may also be the checkpoint's own,
+# None, or auto until the plan resolves it: search/probe/dropout_default.py).
 FLOAT_DIMENSIONS = ("learning_rate", "warmup_ratio", "weight_decay", "dropout")
+CHECKPOINT_DROPOUT = "checkpoint"
 
 
 class SpaceConfig(Section):
@@ -177,7 +179,7 @@ class SpaceConfig(Section):
     lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
     warmup_ratio: FloatDim = Field(0.06, description="Fraction of max_steps spent warming up.")
     weight_decay: FloatDim = Field(0.01, description="AdamW weight decay.")
-    dropout: FloatDim | None = Field(None, description="Every dropout rate of the model (hidden, attention, classifier head: its config's fields, whatever the architecture names them). Unset: the checkpoint's own (0.1 for BERT-family encoders). Measured on tweets with all-MiniLM-L6-v2 (benchmarks/README.md): without dropout one epoch scored 0.8 points higher and stepped 1.2x faster on a CPU, so {low: 0.0, high: 0.1} lets the search weigh it.")
+    dropout: FloatDim | Literal["auto"] | None = Field("auto", description="Every dropout rate of the model (hidden, attention, classifier head: its config's fields, whatever the architecture names them): a value, a searched range, `checkpoint` (the checkpoint's own: 0.1 for BERT-family encoders) or auto: 0 where the budget pays for at most 2 passes over the training split, the checkpoint's own beyond (a short fine-tune under-fits, and dropout slows both its steps and its learning: measured on two tweet slices with all-MiniLM-L6-v2, 0.45 and 0.8 points more after one epoch, 1.15x faster steps; benchmarks/README.md). The baseline keeps the checkpoint's.")
 
     @model_validator(mode="before")
     @classmethod
@@ -201,18 +203,25 @@ class SpaceConfig(Section):
             dim = getattr(self, key, None) if key in FLOAT_DIMENSIONS else None
             if key not in choices and key not in FLOAT_DIMENSIONS:
                 return f"unknown dimension `{key}`; the dimensions are {sorted([*choices, *FLOAT_DIMENSIONS])}"
-            if key in FLOAT_DIMENSIONS and dim is None:
-                return f"{key} is not searched (space.{key} is unset: the checkpoint's own); set space.{key} to search it"
+            if key in FLOAT_DIMENSIONS and (dim is None or isinstance(dim, str)):
+                own = "auto" if dim else CHECKPOINT_DROPOUT
+                return f"{key} is not searched (space.{key} is {own}); set space.{key} to a range to search it"
             if isinstance(dim, FloatRange) and not dim.low <= float(value) <= dim.high:
                 return f"{key}={value} lies outside the space's range [{dim.low:g}, {dim.high:g}]"
             if dim is not None and not isinstance(dim, FloatRange):
                 return f"{key} is fixed at {dim:g} in the space, so it cannot be set per point"
         return None
 
+    @field_validator("dropout", mode="before")
+    @classmethod
+    def _checkpoint_dropout(cls, value: Any) -> Any:
+        """`checkpoint` is the word for the checkpoint's own rates (None inside: no override)."""
+        return None if value == CHECKPOINT_DROPOUT else value
+
     @field_validator("warmup_ratio", "dropout")
     @classmethod
-    def _in_unit(cls, value: float | FloatRange | None, info) -> float | FloatRange | None:
-        if value is None:
+    def _in_unit(cls, value: float | FloatRange | str | None, info) -> float | FloatRange | str | None:
+        if value is None or isinstance(value, str):
             return value
         low, high = (value, value) if isinstance(value, float) else (value.low, value.high)
         if low < 0 or high >= 1:

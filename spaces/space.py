@@ -48,8 +48,8 @@ def unsuggested(point: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def suggest(trial: SuggestingTrial, space: SpaceConfig, models: list[str], precisions: list[str]) -> dict[str, Any]:
-    """Sample one trial's hyperparameters; returns the fixed (not searched) ones as constants (an unset dropout is
-    none of them: the checkpoint's own)."""
+    """Sample one trial's hyperparameters; returns the fixed (not searched) ones as constants (a dropout left at the
+    checkpoint's own, or auto before the plan resolved it, is none of them)."""
     choices = categorical_choices(space, models, precisions)
     point = {name: trial.suggest_categorical(name, choices[name])
              for name in ("model", "precision", "effective_batch_size", "method")}
@@ -59,7 +59,7 @@ def suggest(trial: SuggestingTrial, space: SpaceConfig, models: list[str], preci
     for name, dim in float_ranges(space).items():
         trial.suggest_float(name, dim.low, dim.high, log=dim.log)
     return {name: value for name in FLOAT_DIMENSIONS
-            if name not in float_ranges(space) and (value := getattr(space, name)) is not None}
+            if name not in float_ranges(space) and isinstance(value := getattr(space, name), float)}
 
 
 def baseline_point(baseline: BaselineRecipe | str, space: SpaceConfig, models: list[str],

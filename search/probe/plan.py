@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from finesweep.search.probe.cadence import planned_cadence
+from finesweep.search.probe.dropout_default import AUTO, resolve_dropout
 from finesweep.search.probe.exploit_share import auto_share, leaving_a_first_evaluation
 from finesweep.search.probe.export_time import export_seconds
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
@@ -84,6 +85,7 @@ class SearchPlan:
     samples_per_evaluation: dict[str, int] = field(default_factory=dict)  # per combination, when allotted in time
     exploitation_seconds: float = 0.0  # after the trials, the winner trains this long (search.exploit)
     exploit_share: float | None = None  # search.exploit.share as planned (auto resolved)
+    dropout: Any = AUTO  # space.dropout as planned (auto resolved: search/probe/dropout_default.py)
 
     def steps_per_evaluation(self, times: CombinationTimes) -> float:
         """Optimizer steps between evaluations at the space's mean effective batch."""
@@ -237,6 +239,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                                      train_rows, config.data.group_by_length)
     if not combinations:
         return None
+    config, dropout_note = resolve_dropout(config, combinations, train_rows)
     auto_note = ""
     if search.exploit.share == "auto" and search.time_budget_minutes:
         share, auto_note = auto_share(combinations, search.time_budget_minutes * 60, train_rows)
@@ -280,6 +283,9 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     plan.simulated = sorted(simulated, key=lambda run: (run.seconds, run.started))[len(simulated) // 2]
     plan.exploitation_seconds = search.exploit.seconds(search.time_budget_minutes)
     plan.exploit_share = search.exploit.fraction
+    plan.dropout = config.space.dropout
+    if dropout_note:
+        plan.notes.append(dropout_note)
     plan.search_seconds = RAY_START_SECONDS + plan.simulated.seconds + plan.exploitation_seconds
     if plan.exploitation_seconds:
         plan.notes.append(f"the search's budget split: {time_budget:.0f} s for the trials, then "
@@ -302,4 +308,5 @@ def apply(config: SweepConfig, plan: SearchPlan) -> SweepConfig:
         if plan.exploit_share is not None else config.search.exploit
     search = config.search.model_copy(update={"max_steps": plan.max_steps, "num_trials": plan.num_trials,
                                               "eval_every_steps": plan.eval_every_steps, "exploit": exploit})
-    return config.model_copy(update={"search": search})
+    space = config.space.model_copy(update={"dropout": plan.dropout}) if plan.dropout != AUTO else config.space
+    return config.model_copy(update={"search": search, "space": space})

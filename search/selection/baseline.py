@@ -30,6 +30,9 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
     if not won and (trained := _samples(best)) > (reference := _samples(baseline_trial)) > 0:
         said += (f"; the baseline trained on {reference:,} samples inside the sweep's budget, the tuned model on "
                  f"{trained:,}: part of the gain is the longer training")
+    if won and (rate := (best.get("params") or {}).get("dropout")) != baseline_trial["params"].get("dropout"):
+        said += (f"; trained further with the space's dropout {rate:g} (the baseline trial kept the checkpoint's, as a "
+                 "user's run does)")
     if untuned and name in untuned:
         said += f"; the untuned base model: test {name} {untuned[name]:.4g}"
     return {

@@ -248,9 +248,14 @@ def test_gguf_origin_marks_a_dequantized_folder_so_it_cannot_sit_beside_a_gguf_f
     assert resolved.models[0].gguf_origin == "/x/m.gguf" and resolved.models[0].gguf_file is None
 
 
-def test_dropout_is_the_checkpoints_own_unless_the_space_fixes_or_searches_it():
+def test_dropout_is_auto_until_planned_the_checkpoints_own_by_its_word_fixed_or_searched():
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    assert "dropout" not in suggest(study.ask(), SpaceConfig(), ["a"], ["fp32"])  # unset: nothing to override
+    assert SpaceConfig().dropout == "auto"  # resolved by the plan (tests/search/probe/test_dropout_default.py)
+    assert "dropout" not in suggest(study.ask(), SpaceConfig(), ["a"], ["fp32"])  # unplanned: nothing to override
+    own = SpaceConfig(dropout="checkpoint")
+    assert own.dropout is None and "dropout" not in suggest(study.ask(), own, ["a"], ["fp32"])
+    assert own.point_problem({"dropout": 0.0}, ["a"]) == (
+        "dropout is not searched (space.dropout is checkpoint); set space.dropout to a range to search it")
     assert suggest(study.ask(), SpaceConfig(dropout=0.0), ["a"], ["fp32"])["dropout"] == 0.0
     searched = SpaceConfig(dropout={"low": 0.0, "high": 0.1})
     trial = study.ask()

@@ -115,6 +115,11 @@ def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_
     assert continued["baseline_won"] and continued["gain"] == 2.55
     assert ("the export is the baseline recipe trained further with the rest of the budget (test accuracy 0.766 "
             "against 0.7405 at its checkpoint from the search, +2.55 points)") in continued["sentence"]
+    assert "dropout" not in continued["sentence"], "neither trained with a dropout of the sweep's"
+    undropped = compare(Task.classification, {"accuracy": 0.77}, {"accuracy": 0.7405}, {
+        **best, "trial_id": "c", "exploitation": {"source_trial": "a"}, "params": {"dropout": 0.0}}, base)
+    assert undropped["sentence"].endswith("; trained further with the space's dropout 0 (the baseline trial kept the "
+                                          "checkpoint's, as a user's run does)")
     other = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.7405},
                     {**best, "trial_id": "c", "exploitation": {"source_trial": "b"}}, base)
     assert not other["baseline_won"] and "better than the baseline" in other["sentence"]
