@@ -163,7 +163,7 @@ FloatDim = Annotated[float | FloatRange, Field(union_mode="left_to_right")]
 # The space's continuous dimensions: each a fixed value or a searched range (dropout may also be the checkpoint's own,
 # None, or auto until the plan resolves it: search/probe/dropout_default.py).
 FLOAT_DIMENSIONS = ("learning_rate", "warmup_ratio", "weight_decay", "dropout")
-CHECKPOINT_DROPOUT = "checkpoint"
+CHECKPOINT_DROPOUT, AUTO_DROPOUT = "checkpoint", "auto"  # the words for the checkpoint's own and the plan's pick
 
 
 class SpaceConfig(Section):
@@ -204,7 +204,7 @@ class SpaceConfig(Section):
             if key not in choices and key not in FLOAT_DIMENSIONS:
                 return f"unknown dimension `{key}`; the dimensions are {sorted([*choices, *FLOAT_DIMENSIONS])}"
             if key in FLOAT_DIMENSIONS and (dim is None or isinstance(dim, str)):
-                own = "auto" if dim else CHECKPOINT_DROPOUT
+                own = AUTO_DROPOUT if dim else CHECKPOINT_DROPOUT
                 return f"{key} is not searched (space.{key} is {own}); set space.{key} to a range to search it"
             if isinstance(dim, FloatRange) and not dim.low <= float(value) <= dim.high:
                 return f"{key}={value} lies outside the space's range [{dim.low:g}, {dim.high:g}]"

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 from finesweep.search.probe.exploit_share import budget_passes
 from finesweep.spaces import SweepConfig
+from finesweep.spaces.config import AUTO_DROPOUT
 
 if TYPE_CHECKING:
     from finesweep.search.probe.plan import CombinationTimes
 
-AUTO = "auto"
 # Passes over the training split up to which auto trains without dropout (the measured one and two epochs).
 NO_DROPOUT_MAX_PASSES = 2.0
 
@@ -37,10 +37,11 @@ def planned_passes(config: SweepConfig, combinations: list[CombinationTimes], tr
     return search.max_steps * max(config.space.effective_batch_size) / train_rows
 
 
-def resolve_dropout(config: SweepConfig, combinations: list[CombinationTimes], train_rows: int) -> tuple[SweepConfig, str]:
+def resolve_dropout(config: SweepConfig, combinations: list[CombinationTimes],
+                    train_rows: int) -> tuple[SweepConfig, str]:
     """`config` with space.dropout auto resolved (0.0, or None for the checkpoint's own), and the plan's sentence
     that says which and why (empty where the file set the dropout)."""
-    if config.space.dropout != AUTO:
+    if config.space.dropout != AUTO_DROPOUT:
         return config, ""
     passes = planned_passes(config, combinations, train_rows)
     if passes is None:

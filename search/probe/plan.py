@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from finesweep.search.probe.cadence import planned_cadence
-from finesweep.search.probe.dropout_default import AUTO, resolve_dropout
+from finesweep.search.probe.dropout_default import resolve_dropout
 from finesweep.search.probe.exploit_share import auto_share, leaving_a_first_evaluation
 from finesweep.search.probe.export_time import export_seconds
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.simulate import TRIAL_START_SECONDS, Lane, Simulated, asha_milestones, simulate
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
+from finesweep.spaces.config import AUTO_DROPOUT
 
 # Fixed costs the probe does not measure (TRIAL_START_SECONDS: search/probe/simulate.py). A trial's start counts
 # the probe's load of the model where it took longer than a small encoder's on a CPU (a QLoRA trial on a GPU took
@@ -85,7 +86,7 @@ class SearchPlan:
     samples_per_evaluation: dict[str, int] = field(default_factory=dict)  # per combination, when allotted in time
     exploitation_seconds: float = 0.0  # after the trials, the winner trains this long (search.exploit)
     exploit_share: float | None = None  # search.exploit.share as planned (auto resolved)
-    dropout: Any = AUTO  # space.dropout as planned (auto resolved: search/probe/dropout_default.py)
+    dropout: Any = AUTO_DROPOUT  # space.dropout as planned (auto resolved: search/probe/dropout_default.py)
 
     def steps_per_evaluation(self, times: CombinationTimes) -> float:
         """Optimizer steps between evaluations at the space's mean effective batch."""
@@ -308,5 +309,6 @@ def apply(config: SweepConfig, plan: SearchPlan) -> SweepConfig:
         if plan.exploit_share is not None else config.search.exploit
     search = config.search.model_copy(update={"max_steps": plan.max_steps, "num_trials": plan.num_trials,
                                               "eval_every_steps": plan.eval_every_steps, "exploit": exploit})
-    space = config.space.model_copy(update={"dropout": plan.dropout}) if plan.dropout != AUTO else config.space
+    planned_space = plan.dropout != AUTO_DROPOUT
+    space = config.space.model_copy(update={"dropout": plan.dropout}) if planned_space else config.space
     return config.model_copy(update={"search": search, "space": space})

@@ -99,9 +99,10 @@ def baseline_of(results, metric: str, mode: str) -> Best | None:
 def kept_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
     """A trial's kept checkpoints with the metrics of their evaluation. Tune keeps a single-process trial's. A
     data-parallel trial's are kept by Ray Train in the trial's own run folder (Tune gets only each one's path, as
-    `checkpoint_path`): they are read from there, ranked the same way (search/tuning/distributed.py)."""
+    `checkpoint_path`): they are read from there, ranked the same way (search/tuning/distributed.py). A later
+    checkpoint Tune did not register (the budget ended between its save and its result) is kept too, beside them."""
     if result.best_checkpoints:
-        return result.best_checkpoints
+        return [*result.best_checkpoints, *unregistered_after(result)]
     metrics = getattr(result, "metrics", None) or {}
     if not metrics.get(TRAIN_CHECKPOINT_PATH):
         return persisted_checkpoints(result)
@@ -134,6 +135,15 @@ def persisted_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
         checkpoint, metrics = by_folder.get(folder.name, (Checkpoint.from_directory(str(folder)), {}))
         kept.append((checkpoint, metrics or {**trial, **trainer_evaluation(folder)}))
     return kept
+
+
+def unregistered_after(result) -> list[tuple[Any, dict[str, Any]]]:
+    """The trial's checkpoints in storage that Tune never registered although it registered others, with the
+    evaluation the Trainer recorded in each (seen on a CPU: the trials' budget ended between a trial's second save
+    and its result, and the winner went on from its first checkpoint, 136 steps and 5 points behind the second)."""
+    registered = {Path(checkpoint.path).name for checkpoint, _ in result.best_checkpoints}
+    return [(checkpoint, metrics) for checkpoint, metrics in persisted_checkpoints(result)
+            if Path(checkpoint.path).name not in registered and "step" in metrics]
 
 
 def _has_results(trial_folder: Path) -> bool:

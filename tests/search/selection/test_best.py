@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from finesweep.search.selection.best import pick_best
+from finesweep.search.selection.best import kept_checkpoints, pick_best
 
 
 def result(trial_id: str, evaluations: list[tuple[int, float]], config: dict | None = None):
@@ -122,3 +122,23 @@ def test_a_checkpoint_saved_just_before_the_budget_stopped_its_trial_competes_wi
     best = pick_best([stopped], "eval_accuracy", "max")
     assert (best.trial_id, best.step, best.value) == ("d18a4cce", 235, 0.77)
     assert best.checkpoint_dir == trial / "checkpoint_000000" and best.params == {"model": "m", "learning_rate": 1e-4}
+
+
+def test_a_later_checkpoint_tune_never_registered_competes_beside_the_registered_ones(tmp_path):
+    """Tune registered the trial's first checkpoint; the budget ended between the second's save and its result, so
+    only the files and the Trainer's record hold it (seen on a CPU: the winner went on from step 136 at 0.706 with
+    step 272 at 0.759 on disk). A folder without an evaluation of its own step adds nothing."""
+    trial = tmp_path / "trial-9c4994da"
+    first, second, bare = (trial / f"checkpoint_00000{n}" for n in range(3))
+    for folder in (first, second, bare):
+        folder.mkdir(parents=True)
+    (trial / "result.json").write_text("")
+    state = {"global_step": 272, "log_history": [{"eval_accuracy": 0.706, "step": 136},
+                                                 {"eval_accuracy": 0.759, "step": 272}]}
+    (second / "trainer_state.json").write_text(json.dumps(state))
+    (bare / "trainer_state.json").write_text(json.dumps({"global_step": 300, "log_history": []}))
+    registered = (SimpleNamespace(path=str(first)), {"step": 136, "eval_accuracy": 0.706, "trial_id": "9c4994da"})
+    stopped = SimpleNamespace(best_checkpoints=[registered], path=str(trial), metrics={}, config={"model": "m"})
+    best = pick_best([stopped], "eval_accuracy", "max")
+    assert (best.trial_id, best.step, best.value, best.checkpoint_dir) == ("9c4994da", 272, 0.759, second)
+    assert len(kept_checkpoints(stopped)) == 2
