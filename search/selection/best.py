@@ -142,6 +142,9 @@ def unregistered_after(result) -> list[tuple[Any, dict[str, Any]]]:
     evaluation the Trainer recorded in each (seen on a CPU: the trials' budget ended between a trial's second save
     and its result, and the winner went on from its first checkpoint, 136 steps and 5 points behind the second)."""
     registered = {Path(checkpoint.path).name for checkpoint, _ in result.best_checkpoints}
+    path = getattr(result, "path", None)
+    if not path or {folder.name for folder in Path(path).glob("checkpoint_*")} <= registered:
+        return []  # the usual case: every checkpoint in storage is Tune's (no result.json read again)
     return [(checkpoint, metrics) for checkpoint, metrics in persisted_checkpoints(result)
             if Path(checkpoint.path).name not in registered and "step" in metrics]
 
