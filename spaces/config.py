@@ -215,7 +215,11 @@ class SpaceConfig(Section):
     @field_validator("dropout", mode="before")
     @classmethod
     def _checkpoint_dropout(cls, value: Any) -> Any:
-        """`checkpoint` is the word for the checkpoint's own rates (None inside: no override)."""
+        """`checkpoint` is the word for the checkpoint's own rates (None inside: no override); any other word than
+        auto is refused with every form the field takes (the union's own error names only one)."""
+        if isinstance(value, str) and value not in (CHECKPOINT_DROPOUT, AUTO_DROPOUT):
+            raise ValueError(f"must be a rate in [0, 1), a range {{low, high}}, `{CHECKPOINT_DROPOUT}` (the checkpoint's "
+                             f"own rates) or `{AUTO_DROPOUT}`, but found {value!r}")
         return None if value == CHECKPOINT_DROPOUT else value
 
     @field_validator("warmup_ratio", "dropout")

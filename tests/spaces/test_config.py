@@ -263,5 +263,8 @@ def test_dropout_is_auto_until_planned_the_checkpoints_own_by_its_word_fixed_or_
     assert centre_point(searched)["dropout"] == pytest.approx(0.05)
     assert SpaceConfig().point_problem({"dropout": 0.0}, ["a"]).startswith("dropout is not searched (space.dropout")
     assert searched.point_problem({"dropout": 0.2}, ["a"]) == "dropout=0.2 lies outside the space's range [0, 0.1]"
+    with pytest.raises(ValueError, match=r"must be a rate in \[0, 1\), a range \{low, high\}, `checkpoint` .* or "
+                                         r"`auto`, but found 'none'"):
+        SpaceConfig(dropout="none")
     with pytest.raises(ValueError, match=r"dropout must lie in \[0, 1\), but got 0..1"):
         SpaceConfig(dropout={"low": 0.0, "high": 1.0})
