@@ -166,6 +166,15 @@ FLOAT_DIMENSIONS = ("learning_rate", "warmup_ratio", "weight_decay", "dropout")
 CHECKPOINT_DROPOUT, AUTO_DROPOUT = "checkpoint", "auto"  # the words for the checkpoint's own and the plan's pick
 
 
+def _is_number(text: str) -> bool:
+    """Whether `text` reads as a number (pydantic then takes "0.05" as 0.05, as it would without this field's words)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 class SpaceConfig(Section):
     """The search space. A list is a categorical choice; {low, high} a range; a plain value is fixed."""
 
@@ -217,7 +226,7 @@ class SpaceConfig(Section):
     def _checkpoint_dropout(cls, value: Any) -> Any:
         """`checkpoint` is the word for the checkpoint's own rates (None inside: no override); any other word than
         auto is refused with every form the field takes (the union's own error names only one)."""
-        if isinstance(value, str) and value not in (CHECKPOINT_DROPOUT, AUTO_DROPOUT):
+        if isinstance(value, str) and value not in (CHECKPOINT_DROPOUT, AUTO_DROPOUT) and not _is_number(value):
             raise ValueError(f"must be a rate in [0, 1), a range {{low, high}}, `{CHECKPOINT_DROPOUT}` (the checkpoint's "
                              f"own rates) or `{AUTO_DROPOUT}`, but found {value!r}")
         return None if value == CHECKPOINT_DROPOUT else value

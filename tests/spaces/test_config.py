@@ -266,5 +266,6 @@ def test_dropout_is_auto_until_planned_the_checkpoints_own_by_its_word_fixed_or_
     with pytest.raises(ValueError, match=r"must be a rate in \[0, 1\), a range \{low, high\}, `checkpoint` .* or "
                                          r"`auto`, but found 'none'"):
         SpaceConfig(dropout="none")
+    assert SpaceConfig(dropout="0.05").dropout == 0.05, "a number written as text is still a number"
     with pytest.raises(ValueError, match=r"dropout must lie in \[0, 1\), but got 0..1"):
         SpaceConfig(dropout={"low": 0.0, "high": 1.0})
