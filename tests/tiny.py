@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import csv
+import functools
 import random
+import shutil
+import tempfile
 from pathlib import Path
 
 WORDS = {
@@ -58,14 +62,33 @@ def write_csv(path: Path, rows: list[dict[str, str]]) -> Path:
     return path
 
 
-def classification_folder(folder: Path, sweep: str | None = None, rows: int = 300, hidden_size: int = 32) -> Path:
+def classification_folder(folder: Path, sweep: str | None = None, rows: int = 300, hidden_size: int = 32,
+                          own_model: bool = False) -> Path:
     """A CLI test's working folder: the tiny classifier in model/, `rows` labelled sentences in data.csv, and the
-    sweep file (when given) in sweep.yaml."""
-    build_tiny_classifier(folder / "model", hidden_size)
+    sweep file (when given) in sweep.yaml.
+
+    model/ links to one classifier per hidden size for the whole test session (`own_model`: a folder of its own):
+    the probe's machine cache knows a model by its resolved path and files, so only the session's first sweep of
+    each probes it, and every later one reuses the answers, as a user's second sweep does. The probe's spawned
+    worker cost each sweep test 15 to 20 s."""
+    if own_model:
+        build_tiny_classifier(folder / "model", hidden_size)
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "model").symlink_to(_session_classifier(hidden_size), target_is_directory=True)
     write_csv(folder / "data.csv", sentiment_rows(rows))
     if sweep is not None:
         (folder / "sweep.yaml").write_text(sweep)
     return folder
+
+
+@functools.cache
+def _session_classifier(hidden_size: int) -> Path:
+    """The tiny classifier of this hidden size that every working folder of the session links to; removed when the
+    session ends."""
+    root = Path(tempfile.mkdtemp(prefix="finesweep-test-models-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return build_tiny_classifier(root / f"classifier-{hidden_size}", hidden_size)
 
 
 def _corpus() -> list[str]:

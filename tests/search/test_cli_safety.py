@@ -61,7 +61,7 @@ def test_sigterm_during_the_probe_ends_the_command_with_143_and_leaves_no_probe_
     not a word), and the probe's process ends with it."""
     import psutil
 
-    tiny.classification_folder(tmp_path, SWEEP)
+    tiny.classification_folder(tmp_path, SWEEP, own_model=True)  # a model the machine's probe cache has not seen
     process = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"], cwd=tmp_path,
                                env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
