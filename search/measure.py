@@ -20,7 +20,8 @@ from finesweep.search.probe.export_fit import fit_export
 from finesweep.search.probe.plan import RAY_START_SECONDS, apply, plan_search
 from finesweep.search.probe.sharing import core_slots, gpu_slots
 from finesweep.search.probe.steer import dominated_precisions, slow_values, unmeasured_precisions, without
-from finesweep.search.probe.table import machine_probe_file, probe_all
+from finesweep.search.probe.table import machine_probe_file, probe_all, probe_worker
+from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import Method, SweepConfig, SweepFileError
 from finesweep.trainer.gguf import check_gguf
 from finesweep.trainer.models import check_pooling
@@ -35,15 +36,15 @@ PROBE_SETTLE_SECONDS = 1.0
 
 
 def measure_memory(config: SweepConfig, folder: SweepFolder, device: Device, precisions: list[str],
-                   data: PreparedSweep, console: Console) -> dict[str, Any]:
+                   data: PreparedSweep, console: Console, worker: ProbeWorker | None = None) -> dict[str, Any]:
     """The memory probe over the space's models, precisions and methods (cached by content), printed; under a time
-    limit within PROBE_SHARE of it (search/probe/table.py probe_all)."""
+    limit within PROBE_SHARE of it (search/probe/table.py probe_all). `worker`: the probe process, begun earlier."""
     console.step("Probing memory: largest micro-batch per model, precision and method")
     labels = len(data.prepared.label_names or []) or 2
     cache = machine_probe_file()
     limit = config.search.time_limit_seconds
     results = probe_all(config, device, precisions, data.max_seq_len, labels, cache, folder.probe_file,
-                        max(PROBE_SHARE * limit - PROBE_SETTLE_SECONDS, 0.0) if limit else None)
+                        max(PROBE_SHARE * limit - PROBE_SETTLE_SECONDS, 0.0) if limit else None, worker)
     console.probe_table(results)
     if reused := sum(r.reused for r in results.values()):
         console.step(f"Probe: {reused} of {len(results)} combinations measured by an earlier sweep on this machine, "
@@ -104,11 +105,17 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
     if len(methods) < len(config.space.method):
         config = config.model_copy(update={"space": config.space.model_copy(update={"method": [Method(m) for m in methods]})})
     console.header(config, device, folder.root)
-    # Data, tokens and lengths before a GGUF candidate's minute of dequantizing: their errors come first.
-    data = prepare_data(tokenizer_candidates(config), folder, console, read_data(config, folder))
-    config = dequantize_gguf(config, console)
-    clock.lap("data")
-    probes = measure_memory(config, folder, device, precisions, data, console)
+    # The probe's process imports torch on the other core while the data is read: 5 s of every first sweep.
+    worker = probe_worker(config, device)
+    worker.begin()
+    try:
+        # Data, tokens and lengths before a GGUF candidate's minute of dequantizing: their errors come first.
+        data = prepare_data(tokenizer_candidates(config), folder, console, read_data(config, folder))
+        config = dequantize_gguf(config, console)
+        clock.lap("data")
+        probes = measure_memory(config, folder, device, precisions, data, console, worker)
+    finally:
+        worker.close()
     config, precisions = steer_by_speed(config, precisions, probes, console)
     config = drop_unfit_models(config, probes, console)
     config = share_devices(config, device, kept_probes(config, precisions, probes), console)

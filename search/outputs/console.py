@@ -50,7 +50,7 @@ class Console:
                           str(r.eval_batch_size),
                           f"{peak / 2**30:.2f} / {r.budget_bytes / 2**30:.2f} GiB", f"{r.samples_per_second:.1f}",
                           _other_plan(r.alternative), f"{r.probe_steps} ({len(r.attempts)})",
-                          "cached" if r.reused else f"{r.seconds:.1f}")
+                          "cached" if r.reused else f"as {r.same_as}" if r.same_as else f"{r.seconds:.1f}")
         self.out.print(table)
 
     def plan(self, plan, elapsed: float) -> None:

@@ -56,6 +56,7 @@ class ProbeResult:
     too_slow: str | None = None  # the probe stopped after one attempt: far slower than another combination
     busy_cores: float | None = None  # cores other work kept busy as the probe started (a CPU device; see busy_cores)
     reused: bool = False  # read from the machine's cache: an earlier sweep on this machine measured it
+    same_as: str | None = None  # measured on this model: the same checkpoint with another classifier head (pooling)
     cut_short: bool = False  # the probe's share of a time limit ended its search at its last fit (see probe_all)
     not_measured: bool = False  # the probe's share of a time limit was spent before its turn: it leaves the space
 
@@ -117,9 +118,14 @@ def memory_budget(config: SweepConfig, device: Device) -> int:
     return parse_bytes(config.resources.memory_budget) // (config.search.max_concurrent_trials or 1)
 
 
+def probe_worker(config: SweepConfig, device: Device) -> ProbeWorker:
+    """The probe's process for this sweep (not started): its trials' threads (resources.cpus_per_trial)."""
+    return ProbeWorker(device, threads=int(config.resources.cpus_per_trial))
+
+
 def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_len: int,
               num_labels: int, cache_file: Path, record_file: Path | None = None,
-              seconds: float | None = None) -> dict[str, ProbeResult]:
+              seconds: float | None = None, worker: ProbeWorker | None = None) -> dict[str, ProbeResult]:
     """Probe every combination the space can sample; results are cached in `cache_file` by what they depend on
     (the machine's cache: a later sweep on this machine with the same model, precision, method, length, batches,
     memory budget, threads and libraries reads them instead of probing again), and the answers this sweep used
@@ -130,10 +136,13 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
     and its search ends at its last fit past it (cut_short: no larger micro-batch, no recompute plan, no evaluation
     batch tried). The first precision's combinations (fp32, the others are judged by it) are always measured, and
     their search goes on to the space's smallest effective batch where that costs no more than a part; a reduced
-    precision's turn after the time is spent is not_measured, and leaves the space."""
+    precision's turn after the time is spent is not_measured, and leaves the space.
+
+    `worker`: the probe process (probe_worker), begun earlier (measure_inputs begins it before the data); closed
+    here."""
     cap = config.resources.max_micro_batch or max(config.space.effective_batch_size)
     threads = int(config.resources.cpus_per_trial)
-    prober = _CachedProber(ProbeWorker(device, threads=threads), device, memory_budget(config, device), cap,
+    prober = _CachedProber(worker or probe_worker(config, device), device, memory_budget(config, device), cap,
                            config.resources.micro_batch, cache_file, config.search.min_relative_speed, threads,
                            record_file=record_file)
     ordered = sorted(precisions, key=lambda p: p != FULL_PRECISION)  # fp32 first: others are judged by it
@@ -200,26 +209,34 @@ class _CachedProber:
     record_file: Path | None = None  # the sweep's own copy of the answers it used (cache_file is the machine's)
     full_precision: dict[tuple[str, str, int], float] = field(default_factory=dict)  # (model, method, batch) -> fp32's
     decoded: set[str] = field(default_factory=set)  # models whose decoding is timed (once a model: see _probe_one)
+    measured_here: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # fingerprint -> (model, answer)
     turn: Turn | None = None  # the time of the combination now probed (see probe_all); None: no time limit
 
     def measure(self, base: ProbeRequest, checkpointing: bool) -> ProbeResult:
         request = replace(base, gradient_checkpointing=checkpointing)
         fingerprint = _fingerprint(request, self.device, self.budget, self.threads)
+        name = request.candidate["name"]
+        if fingerprint in self.measured_here:  # another head on the same checkpoint: its answer, not a second probe
+            same_as, entry = self.measured_here[fingerprint]
+            return self._answer(ProbeResult(**entry), name, reused=False, same_as=same_as)
         entry = _read_cache(self.cache_file).get(fingerprint)
         busy = self._measured_under_load(entry)
         reused = entry is not None and busy is None
         if not reused:
             self.worker.start()
-            result = _probe_one(self.worker, request, request.candidate["name"], self.cap, self.budget, self.device,
+            result = _probe_one(self.worker, request, name, self.cap, self.budget, self.device,
                                 functools.partial(self.too_slow, precision=request.precision, method=request.method),
-                                self.turn.box() if self.turn else None,
-                                decode=request.candidate["name"] not in self.decoded)
+                                self.turn.box() if self.turn else None, decode=name not in self.decoded)
             entry = asdict(replace(result, busy_cores=busy))
             if not (result.cut_short or result.not_measured):  # a later sweep with the time to measure it all should
                 _add_to_cache(self.cache_file, fingerprint, entry)
+        self.measured_here[fingerprint] = (name, entry)
         if self.record_file is not None:
             _add_to_cache(self.record_file, fingerprint, entry)
-        result = replace(ProbeResult(**entry), reused=reused).choose(self.policy)
+        return self._answer(ProbeResult(**entry), name, reused=reused)
+
+    def _answer(self, result: ProbeResult, name: str, reused: bool, same_as: str | None = None) -> ProbeResult:
+        result = replace(result, model=name, reused=reused, same_as=same_as).choose(self.policy)
         self._remember(result)
         return result
 
@@ -349,12 +366,20 @@ def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, bu
                        cut_short=search.cut_short)
 
 
+# What a probe's answer does not depend on: the candidate's name, and the head a classifier reads (the mean of the
+# token states or the first token's: the same encoder trains under either, at the same memory and speed within the
+# probe's noise). The example's two heads on one MiniLM were probed twice, 16 s of a 413-s command.
+NOT_MEASURED_BY_THE_PROBE = ("name", "pooling")
+
+
 def _fingerprint(request: ProbeRequest, device: Device, budget: int, threads: int) -> str:
-    """What a probe result depends on: the model (its files as they are now), how it trains, the device, the threads
-    timing it and the libraries measuring it. A causal LM's answers also hold its decoding's timing, and every answer
-    the model's parameter count (answers cached before either lack it, so they are measured again)."""
+    """What a probe result depends on: the model (its files as they are now, whatever its head; see
+    NOT_MEASURED_BY_THE_PROBE), how it trains, the device, the threads timing it and the libraries measuring it. A
+    causal LM's answers also hold its decoding's timing, and every answer the model's parameter count (answers
+    cached before either lack it, so they are measured again)."""
     decoding = {"decode_tokens": DECODE_PROBE_TOKENS} if request.task == Task.causal_lm.value else {}
-    return json.dumps({**decoding, "counts": "parameters", "candidate": request.candidate,
+    candidate = {key: value for key, value in request.candidate.items() if key not in NOT_MEASURED_BY_THE_PROBE}
+    return json.dumps({**decoding, "counts": "parameters", "candidate": candidate,
                        "files": model_files(request.candidate.get("path")), "task": request.task,
                        "labels": request.num_labels, "precision": request.precision, "method": request.method, "seq_len": request.seq_len,
                        "lora_r": request.lora_r, "checkpointing": request.gradient_checkpointing, "cap": request.batch,

@@ -19,12 +19,24 @@ class ProbeWorker:
         self._context = multiprocessing.get_context("spawn")  # fork would inherit the controller's threads
         self._process = None
         self._connection = None
+        self._ready = False
+
+    def begin(self) -> None:
+        """The process started without waiting for its imports (about 5 s on 2 cores: torch and transformers): begun
+        while the data is prepared on the other core, it is ready, or nearly, when the probe needs it."""
+        if self._process is None:
+            self._spawn()
 
     def start(self) -> None:
-        """The process up, its libraries imported (about 5 s on 2 cores: torch and transformers), so that an attempt
-        timed against a deadline pays for its own steps only. Attempts start it themselves where it is not."""
-        if self._process is None:
-            self._start()
+        """The process up, its libraries imported, so that an attempt timed against a deadline pays for its own steps
+        only. Attempts start it themselves where it is not."""
+        self.begin()
+        if not self._ready:
+            self._ready = True
+            try:
+                self._connection.recv()  # its READY: the imports are done
+            except (EOFError, ConnectionResetError):
+                pass  # it died starting: the first attempt reads its exit code
 
     def attempt(self, request: ProbeRequest, timeout: float | None = None) -> ProbeAttempt:
         """One attempt; past `timeout` seconds its process is killed and the attempt says it timed out."""
@@ -49,7 +61,10 @@ class ProbeWorker:
         self.close()
 
     def close(self) -> None:
-        if self._process is not None:
+        if self._process is not None and not self._ready:
+            self._process.kill()  # begun and never needed (every answer was in the cache): no wait for its imports
+            self._process.join(timeout=10)
+        elif self._process is not None:
             try:
                 self._connection.send(None)
             except (BrokenPipeError, OSError):
@@ -58,15 +73,12 @@ class ProbeWorker:
             if self._process.is_alive():
                 self._process.kill()
         self._process = self._connection = None
+        self._ready = False
 
-    def _start(self) -> None:
+    def _spawn(self) -> None:
         parent, child = self._context.Pipe()
         log_file = sweep_log_file()  # the probe's library warnings go there, not to the terminal
         self._process = self._context.Process(target=worker_main, daemon=True, args=(
             child, self.device.kind, self.threads, str(log_file) if log_file else None))
         self._process.start()
         self._connection = parent
-        try:
-            parent.recv()  # its READY: the imports are done
-        except (EOFError, ConnectionResetError):
-            pass  # it died starting: the first attempt reads its exit code

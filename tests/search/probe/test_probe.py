@@ -289,6 +289,26 @@ def test_a_later_sweep_on_this_machine_reuses_the_probe_unless_the_model_files_o
     assert len(json.loads(machine.read_text())) == 3
 
 
+def test_two_heads_on_one_checkpoint_are_probed_once_and_another_checkpoint_is_probed_again(tmp_path, monkeypatch):
+    """The example's two MiniLM heads (mean and [CLS]) train the same encoder: one probe answers for both, said as
+    such (not as an earlier sweep's); the same checkpoint made shallower is another model."""
+    workers = _scripted_probe_processes(monkeypatch)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights")
+    config = SweepConfig.model_validate({**yaml.safe_load(CONFIG % "fastest"), "models": [
+        {"name": "mean", "path": str(model), "pooling": "mean"}, {"name": "cls", "path": str(model)},
+        {"name": "shallow", "path": str(model), "config_overrides": {"num_hidden_layers": 1}}],
+        "resources": {"memory_budget": "300MiB"}})
+    results = probe_all(config, Device("cpu", "test-cpu", 8 * 2**30), ["fp32"], 32, 2, tmp_path / "probe.json")
+    mean, cls, shallow = results["mean|fp32|full"], results["cls|fp32|full"], results["shallow|fp32|full"]
+    assert (cls.model, cls.same_as, cls.reused) == ("cls", "mean", False)
+    assert (cls.max_micro_batch, cls.micro_batch, cls.attempts) == (mean.max_micro_batch, mean.micro_batch,
+                                                                     mean.attempts)
+    assert mean.same_as is None and shallow.same_as is None and shallow.attempts
+    assert sum(len(w.batches) for w in workers) == len(mean.attempts) + len(shallow.attempts), "cls probed nothing"
+
+
 def test_a_time_limits_probe_share_ends_each_search_at_its_last_fit_and_leaves_a_late_precision_unmeasured(
         tmp_path, monkeypatch):
     """The LLM example's LoRA probe alone took 6.8 minutes of a 10-minute limit: under search.time_limit each
@@ -402,6 +422,26 @@ def test_real_probe_process_measures_peak_memory_and_finds_the_exact_budget_limi
     assert by_batch[best].peak_bytes * (1 + SAFETY_MARGIN) <= budget
     assert by_batch[best + 1].peak_bytes * (1 + SAFETY_MARGIN) > budget  # exact: the next batch was measured, and fails
     assert len(search.attempts) <= len(SEED_BATCHES) + 2 * math.ceil(math.log2(256))
+
+
+def test_a_probe_process_begun_before_the_data_serves_the_probe_and_is_killed_if_never_needed(tiny_classifier):
+    """measure_inputs begins the probe's process before the data (its imports on the other core): the probe's
+    first attempt runs in that very process; one never needed (every answer cached) is killed, not waited for."""
+    base = ProbeRequest(candidate=ModelCandidate(name="t", path=str(tiny_classifier)).model_dump(),
+                        task="classification", num_labels=3, precision="fp32", method="full", seq_len=16, batch=2)
+    worker = ProbeWorker(resolve_device(), threads=1)
+    try:
+        worker.begin()
+        begun = worker._process
+        assert worker.attempt(base).error is None and worker._process is begun
+    finally:
+        worker.close()
+    assert begun.exitcode == 0, "a used process is ended by its request to stop"
+    unused = ProbeWorker(resolve_device(), threads=1)
+    unused.begin()
+    process = unused._process
+    unused.close()
+    assert process.exitcode == -9 and unused._process is None
 
 
 @pytest.mark.gpu
