@@ -62,11 +62,17 @@ def test_sigterm_during_the_probe_ends_the_command_with_143_and_leaves_no_probe_
     import psutil
 
     tiny.classification_folder(tmp_path, SWEEP, own_model=True)  # a model the machine's probe cache has not seen
-    process = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"], cwd=tmp_path,
-                               env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    console = tmp_path / "console.txt"
+    with console.open("w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"], cwd=tmp_path,
+                                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=out, stderr=subprocess.PIPE,
+                                   text=True)
 
     def probe_process():
+        """The probe's process once the probe phase has begun: it starts beside the data's preparation, whose
+        imports a SIGTERM may land in (a library's bare `except:` there swallowed the stop once)."""
+        if "Probing memory" not in console.read_text():
+            return None
         return next((child for child in psutil.Process(process.pid).children()
                      if "spawn_main" in " ".join(child.cmdline())), None)
 
