@@ -5,6 +5,7 @@
 #   bash scripts/check-latest.sh                     the newest releases within the ranges
 #   bash scripts/check-latest.sh --lift-caps         also past finesweep's upper bounds (the releases a cap keeps out)
 #   bash scripts/check-latest.sh -- tests/trainer    pytest arguments after --: a part of the suite
+#                                                    (without them: -n 2 --dist loadfile, as the README's test command)
 # torch stays the build setup.sh installs (FINESWEEP_TORCH, the CPU one by default): a newer torch is a CUDA build of
 # several GB from the registry. Exit status: 0 when the suite passes, 1 when it does not.
 set -uo pipefail
@@ -14,7 +15,7 @@ PYTHON=${PYTHON:-python3}
 TORCH_SPEC=${FINESWEEP_TORCH:-torch==2.13.0}
 VENV=.venv-latest
 lift_caps=0
-pytest_args=()
+pytest_args=(-n 2 --dist loadfile)
 while [ $# -gt 0 ]; do
     case "$1" in
         --lift-caps) lift_caps=1 ;;
