@@ -69,8 +69,8 @@ def classification_folder(folder: Path, sweep: str | None = None, rows: int = 30
 
     model/ links to one classifier per hidden size for the whole test session (`own_model`: a folder of its own):
     the probe's machine cache knows a model by its resolved path and files, so only the session's first sweep of
-    each probes it, and every later one reuses the answers, as a user's second sweep does. The probe's spawned
-    worker cost each sweep test 15 to 20 s."""
+    each probes it, and every later one reuses the answers, as a user's second sweep does (a tiny model's probe,
+    its process's start included, costs a sweep test about 5 s)."""
     if own_model:
         build_tiny_classifier(folder / "model", hidden_size)
     else:
