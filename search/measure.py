@@ -20,7 +20,8 @@ from finesweep.search.probe.export_fit import fit_export
 from finesweep.search.probe.plan import RAY_START_SECONDS, apply, plan_search
 from finesweep.search.probe.sharing import core_slots, gpu_slots
 from finesweep.search.probe.steer import dominated_precisions, slow_values, unmeasured_precisions, without
-from finesweep.search.probe.table import machine_probe_file, probe_all, probe_worker
+from finesweep.search.probe.answers import machine_probe_file
+from finesweep.search.probe.table import probe_all, probe_worker
 from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import Method, SweepConfig, SweepFileError
 from finesweep.trainer.gguf import check_gguf

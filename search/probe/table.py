@@ -9,24 +9,20 @@ probe process, so leftover memory never makes a later attempt fail.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Callable
 
-from filelock import FileLock
-
-from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, TimeBox, fastest_batch,
-                                                 find_eval_batch, find_max_micro_batch, past, throughput_candidates)
+from finesweep.search.probe.answers import add_to_cache, fingerprint, read_cache
+from finesweep.search.probe.batch_search import (SAFETY_MARGIN, TimeBox, fastest_batch, find_eval_batch,
+                                                 find_max_micro_batch, past, throughput_candidates)
 from finesweep.search.probe.device import Device, busy_cores, contended
 from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import SweepConfig, Task, parse_bytes
-from finesweep.spaces.files import machine_cache, write_json_atomic
-from finesweep.trainer.probe_step import DECODE_PROBE_TOKENS, ProbeAttempt, ProbeRequest
+from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest
 
 log = logging.getLogger(__name__)
 FULL_PRECISION = "fp32"  # what a reduced precision (bf16, fp16) is judged against: it must train faster to be worth it
@@ -214,12 +210,12 @@ class _CachedProber:
 
     def measure(self, base: ProbeRequest, checkpointing: bool) -> ProbeResult:
         request = replace(base, gradient_checkpointing=checkpointing)
-        fingerprint = _fingerprint(request, self.device, self.budget, self.threads)
+        key = fingerprint(request, self.device, self.budget, self.threads)
         name = request.candidate["name"]
-        if fingerprint in self.measured_here:  # another head on the same checkpoint: its answer, not a second probe
-            same_as, entry = self.measured_here[fingerprint]
+        if key in self.measured_here:  # another head on the same checkpoint: its answer, not a second probe
+            same_as, entry = self.measured_here[key]
             return self._answer(ProbeResult(**entry), name, reused=False, same_as=same_as)
-        entry = _read_cache(self.cache_file).get(fingerprint)
+        entry = read_cache(self.cache_file).get(key)
         busy = self._measured_under_load(entry)
         reused = entry is not None and busy is None
         if not reused:
@@ -229,10 +225,10 @@ class _CachedProber:
                                 self.turn.box() if self.turn else None, decode=name not in self.decoded)
             entry = asdict(replace(result, busy_cores=busy))
             if not (result.cut_short or result.not_measured):  # a later sweep with the time to measure it all should
-                _add_to_cache(self.cache_file, fingerprint, entry)
-        self.measured_here[fingerprint] = (name, entry)
+                add_to_cache(self.cache_file, key, entry)
+        self.measured_here[key] = (name, entry)
         if self.record_file is not None:
-            _add_to_cache(self.record_file, fingerprint, entry)
+            add_to_cache(self.record_file, key, entry)
         return self._answer(ProbeResult(**entry), name, reused=reused)
 
     def _answer(self, result: ProbeResult, name: str, reused: bool, same_as: str | None = None) -> ProbeResult:
@@ -364,49 +360,3 @@ def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, bu
                        seed_prediction=search.seed_prediction, search_attempts=search_attempts,
                        gradient_checkpointing=base.gradient_checkpointing, too_slow=search.too_slow,
                        cut_short=search.cut_short)
-
-
-# What a probe's answer does not depend on: the candidate's name, and the head a classifier reads (the mean of the
-# token states or the first token's: the same encoder trains under either, at the same memory and speed within the
-# probe's noise). The example's two heads on one MiniLM were probed twice, 16 s of a 413-s command.
-NOT_MEASURED_BY_THE_PROBE = ("name", "pooling")
-
-
-def _fingerprint(request: ProbeRequest, device: Device, budget: int, threads: int) -> str:
-    """What a probe result depends on: the model (its files as they are now, whatever its head; see
-    NOT_MEASURED_BY_THE_PROBE), how it trains, the device, the threads timing it and the libraries measuring it. A
-    causal LM's answers also hold its decoding's timing, and every answer the model's parameter count (answers
-    cached before either lack it, so they are measured again)."""
-    decoding = {"decode_tokens": DECODE_PROBE_TOKENS} if request.task == Task.causal_lm.value else {}
-    candidate = {key: value for key, value in request.candidate.items() if key not in NOT_MEASURED_BY_THE_PROBE}
-    return json.dumps({**decoding, "counts": "parameters", "candidate": candidate,
-                       "files": model_files(request.candidate.get("path")), "task": request.task,
-                       "labels": request.num_labels, "precision": request.precision, "method": request.method, "seq_len": request.seq_len,
-                       "lora_r": request.lora_r, "checkpointing": request.gradient_checkpointing, "cap": request.batch,
-                       "device": [device.kind, device.name, device.total_memory], "threads": threads,
-                       "budget": budget, "margin": SAFETY_MARGIN, "seeds": SEED_BATCHES,
-                       "torch": version("torch"), "transformers": version("transformers")}, sort_keys=True)
-
-
-def model_files(path: str | None) -> list[tuple[str, int, int]] | None:
-    """A local model folder's files by name, size and modification time: a model saved again at the same path is
-    another model to the cache. None for a hub model (its revision, in the candidate, names it)."""
-    if not path or not Path(path).is_dir():
-        return None
-    return sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in Path(path).iterdir() if f.is_file())
-
-
-def machine_probe_file() -> Path:
-    """The probe's answers every sweep on this machine shares (in the machine cache; see spaces/files.py)."""
-    return machine_cache() / "probe" / "probe.json"
-
-
-def _read_cache(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def _add_to_cache(path: Path, fingerprint: str, entry: dict[str, Any]) -> None:
-    """One answer added to a cache file, read again under a lock so that two sweeps probing at once keep both."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path.with_name(path.name + ".lock"))):
-        write_json_atomic(path, {**_read_cache(path), fingerprint: entry}, indent=1)

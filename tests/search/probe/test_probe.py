@@ -10,7 +10,7 @@ from dataclasses import asdict
 import pytest
 import yaml
 
-from finesweep.search.probe import table as probe_module
+from finesweep.search.probe import answers, table as probe_module
 from finesweep.search.probe.device import Device, resolve_device
 from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, ProbeError, TimeBox, fastest_batch,
                                                  find_eval_batch, find_max_micro_batch, predict_max_batch,
@@ -247,7 +247,7 @@ def test_probe_all_caches_by_what_the_answer_depends_on(tmp_path, monkeypatch):
     assert run("largest").micro_batch == 64 and len(workers[0].batches) == len(fastest.attempts)
     assert len(workers) == 2 and workers[1].batches == []  # the second sweep read the cache
     run("fastest", Device("cpu", "test-cpu", 16 * 2**30))  # same name, other memory: probed again
-    monkeypatch.setattr(probe_module, "version", lambda name: "9.9")
+    monkeypatch.setattr(answers, "version", lambda name: "9.9")
     run("fastest")  # other torch/transformers versions: probed again
     assert [len(w.batches) > 0 for w in workers] == [True, False, True, True]
 
