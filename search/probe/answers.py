@@ -56,8 +56,8 @@ def read_cache(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def add_to_cache(path: Path, fingerprint: str, entry: dict[str, Any]) -> None:
+def add_to_cache(path: Path, key: str, entry: dict[str, Any]) -> None:
     """One answer added to a cache file, read again under a lock so that two sweeps probing at once keep both."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path.with_name(path.name + ".lock"))):
-        write_json_atomic(path, {**read_cache(path), fingerprint: entry}, indent=1)
+        write_json_atomic(path, {**read_cache(path), key: entry}, indent=1)
