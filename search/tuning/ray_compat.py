@@ -7,6 +7,8 @@ version, when a Ray release changes any of them. Everything else in finesweep us
 from __future__ import annotations
 
 import json
+import pickletools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,9 +18,17 @@ from typing import Any
 from ray.train.v2._internal.execution.callback import ControllerCallback
 
 __all__ = ["ControllerCallback", "SavedTrial", "add_actor_mixin", "asha_milestones_of", "default_temp_dir", "local_node_on_loopback",
-           "optuna_study_of", "saved_trials", "train_session_dir", "tune_report_queue"]
+           "optuna_study_of", "saved_trials", "state_files", "train_session_dir", "tune_report_queue",
+           "RESUMES_WITHOUT", "is_whole_state_file"]
 
 EXPERIMENT_STATE_GLOB = "experiment_state-*.json"  # Tune's experiment state files; it restores the newest by name
+# Tune's saved state, one file per kind and driver session (the session's start time in the name), in the experiment's
+# folder: experiment_state (JSON), and its search algorithm's basic-variant-state, search_gen_state and searcher-state
+# (cloudpickles, whatever their suffix). A restore reads the newest file of each kind by name.
+STATE_FILE = re.compile(r"^(?P<kind>[a-z_-]+)-\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}\.(json|pkl)$")
+# Kinds a restore does without: Tune adds its experiment's configurations to the search algorithm only of a run it did
+# not resume (tune.run), so a basic variant generator with no saved state creates no trial.
+RESUMES_WITHOUT = ("basic-variant-state",)
 
 
 def local_node_on_loopback() -> dict[str, Any]:
@@ -77,7 +87,7 @@ def saved_trials(experiment_dir: Path) -> list[SavedTrial]:
     """The trials of Tune's newest saved experiment state ([] before its first save), read from the state file's
     plain JSON fields: `trial_data` holds, per trial, its JSON state (trial_id, status, relative_logdir) and its
     runtime JSON (last_result with checkpoint_dir_name)."""
-    states = sorted(Path(experiment_dir).glob(EXPERIMENT_STATE_GLOB))
+    states = [state for state in sorted(Path(experiment_dir).glob(EXPERIMENT_STATE_GLOB)) if is_whole_state_file(state)]
     if not states:
         return []
     trials = []
@@ -86,3 +96,30 @@ def saved_trials(experiment_dir: Path) -> list[SavedTrial]:
         trials.append(SavedTrial(trial["trial_id"], trial["status"], Path(experiment_dir) / trial["relative_logdir"],
                                  (runtime.get("last_result") or {}).get("checkpoint_dir_name")))
     return trials
+
+
+def state_files(experiment_dir: Path) -> dict[str, list[Path]]:
+    """Tune's saved-state files in an experiment folder by kind, oldest first (the last is the one a restore reads)."""
+    kinds: dict[str, list[Path]] = {}
+    for path in sorted(Path(experiment_dir).iterdir()) if Path(experiment_dir).is_dir() else []:
+        if match := STATE_FILE.match(path.name):
+            kinds.setdefault(match["kind"], []).append(path)
+    return kinds
+
+
+def is_whole_state_file(path: Path) -> bool:
+    """Whether a saved-state file was written to the end. Tune writes them whole in a staging folder, then copies them
+    into the experiment folder with pyarrow, in no set order and not atomically: a crash in the middle of that copy
+    leaves a file cut short, which Tune's restore fails on, and then it silently starts the experiment again. Checked
+    without loading anything: JSON parses, a pickle's opcodes run to its STOP."""
+    data = path.read_bytes()
+    if data[:1] in (b"{", b"["):
+        try:
+            json.loads(data)
+        except ValueError:
+            return False
+        return True
+    try:
+        return any(opcode.name == "STOP" for opcode, _, _ in pickletools.genops(data))
+    except (ValueError, IndexError, UnicodeDecodeError):  # cut short (or empty) before its STOP
+        return False

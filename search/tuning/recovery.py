@@ -16,7 +16,7 @@ from pathlib import Path
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import END_STATE_TAG, TRIAL_TAG
 from finesweep.search.tuning.context import TrialContext
-from finesweep.search.tuning.ray_compat import saved_trials
+from finesweep.search.tuning.ray_compat import RESUMES_WITHOUT, is_whole_state_file, saved_trials, state_files
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,26 @@ def drop_runs_of_unsaved_trials(tracker: Tracker, context: TrialContext, experim
             tracker.call(lambda run_id=run.info.run_id: tracker.client.delete_run(run_id))
         dropped.append(trial_id)
     return dropped
+
+
+def set_aside_cut_state(experiment_dir: Path) -> list[Path]:
+    """Move Tune's newest saved-state files that a crash cut short (ray_compat.is_whole_state_file) out of the
+    restore's way, to `<name>.cut`: Tune fails on one and silently starts the experiment again (the winner's
+    continuation trained again from the winner's checkpoint under a new MLflow run; seen in CI). Its restore then
+    reads the kind's older file, from an earlier session of the sweep, or does without where it can (RESUMES_WITHOUT).
+    A cut file with neither is left as it is, and said. Returns the files set aside."""
+    moved = []
+    for kind, files in state_files(experiment_dir).items():
+        while files and not is_whole_state_file(files[-1]):
+            if len(files) == 1 and kind not in RESUMES_WITHOUT:
+                log.warning("%s was cut short by the crash and no earlier copy is left: Tune will start the "
+                            "experiment %s again", files[-1].name, Path(experiment_dir).name)
+                break
+            cut = files.pop()
+            moved.append(cut.rename(cut.with_name(f"{cut.name}.cut")))
+            log.warning("%s was cut short by the crash; Tune resumes %s", cut.name,
+                        f"from {files[-1].name}" if files else f"without its {kind}")
+    return moved
 
 
 def recover_lost_checkpoints(experiment_dir: Path) -> list[str]:

@@ -12,7 +12,7 @@ from finesweep.search.tuning.context import TrialContext
 from finesweep.search.tuning.distributed import DRIVER_RESOURCES, data_parallel_trainable
 from finesweep.search.tuning.moved import install_old_module_paths
 from finesweep.search.tuning.ray_cluster import tune_environment
-from finesweep.search.tuning.recovery import recover_lost_checkpoints, unregistered_checkpoints
+from finesweep.search.tuning.recovery import recover_lost_checkpoints, set_aside_cut_state, unregistered_checkpoints
 from finesweep.search.tuning.samplers import make_scheduler, make_searcher
 from finesweep.search.tuning.trainable import run_trial
 from finesweep.spaces import SweepConfig
@@ -50,7 +50,7 @@ def make_trainable(config: SweepConfig, context: TrialContext):
 def restore_tuner(config: SweepConfig, setup: TuneSetup, path: Path | None = None):
     """The interrupted experiment, continued: finished trials stay finished, unfinished ones resume from their
     last checkpoint (one Tune deleted after its last state save replaced first, one it had not registered yet given
-    to the trial: recovery.py), the searcher keeps its history; failed trials stay failed (their failure is
+    to the trial, state files a crash cut short set aside: recovery.py), the searcher keeps its history; failed trials stay failed (their failure is
     recorded). `path`: another experiment of the sweep (the winner's continuation, search/tuning/exploit.py) instead
     of the search's."""
     from ray import tune
@@ -58,6 +58,7 @@ def restore_tuner(config: SweepConfig, setup: TuneSetup, path: Path | None = Non
     tune_environment()
     install_old_module_paths()  # a sweep started before finesweep's modules moved saved their old paths
     path = path or setup.storage.resolve() / setup.experiment_name
+    set_aside_cut_state(path)
     recover_lost_checkpoints(path)
     context = replace(setup.context, resume_checkpoints=unregistered_checkpoints(path))
     return tune.Tuner.restore(str(path), trainable=make_trainable(config, context), resume_unfinished=True,

@@ -65,6 +65,14 @@ def test_saved_trials_reads_tunes_experiment_state(tiny_experiment):
     assert (trial.folder / trial.checkpoint / "state.txt").read_text() == "2"
 
 
+def test_tunes_saved_state_files_are_found_by_kind_and_read_as_whole(tiny_experiment):
+    experiment, _, _ = tiny_experiment
+    kinds = ray_compat.state_files(experiment)
+    assert {"experiment_state", "basic-variant-state"} <= set(kinds), f"Tune's state files were renamed {CHECKED}"
+    assert all(ray_compat.is_whole_state_file(path) for files in kinds.values() for path in files), (
+        f"Tune's state files are neither JSON nor a pickle now {CHECKED}")
+
+
 def test_a_results_dataframe_holds_every_evaluation_the_continuations_model_choice_reads(tiny_experiment):
     from finesweep.search.tuning.exploit import histories
 

@@ -1,6 +1,6 @@
 """Resume after a crash between Tune's state saves: trials the saved state does not know leave no open MLflow runs,
-a trial whose saved checkpoint Tune deleted resumes from its newest whole one, and one whose checkpoint Tune had not
-registered yet is given its most trained whole one."""
+a trial whose saved checkpoint Tune deleted resumes from its newest whole one, one whose checkpoint Tune had not
+registered yet is given its most trained whole one, and state files the crash cut short are set aside."""
 
 from __future__ import annotations
 
@@ -13,14 +13,17 @@ from finesweep.search.tracking.tags import END_STATE_TAG, TRIAL_TAG
 from finesweep.search.tuning.recovery import drop_runs_of_unsaved_trials, saved_trials
 
 
-def _saved_state(experiment_dir: Path, trial_ids: list[str], finished: tuple[str, ...] = ()) -> None:
+def _saved_state(experiment_dir: Path, trial_ids: list[str], finished: tuple[str, ...] = (),
+                 session: str = "2026-11-22_10-00-00") -> Path:
     """An experiment state holding `trial_ids` as RUNNING (TERMINATED where `finished`), in the fields Tune 2.60
     writes (the ones read back)."""
-    experiment_dir.mkdir(parents=True)
+    experiment_dir.mkdir(parents=True, exist_ok=True)
     trial_data = [[json.dumps({"trial_id": t, "status": "TERMINATED" if t in finished else "RUNNING",
                                "relative_logdir": f"trial-{t}"}),
                    json.dumps({"last_result": {"checkpoint_dir_name": "checkpoint_000001"}})] for t in trial_ids]
-    (experiment_dir / "experiment_state-2026-11-22_10-00-00.json").write_text(json.dumps({"trial_data": trial_data}))
+    path = experiment_dir / f"experiment_state-{session}.json"
+    path.write_text(json.dumps({"trial_data": trial_data}))
+    return path
 
 
 def test_runs_of_trials_unknown_to_the_saved_state_are_deleted_or_closed(tmp_path):
@@ -94,3 +97,31 @@ def test_an_unfinished_trial_is_given_its_most_trained_whole_checkpoint_for_when
     _checkpoint(tmp_path / "tune" / "trial-done" / "checkpoint_000001", 60)
     assert unregistered_checkpoints(tmp_path / "tune") == {"t1": str(trial / "checkpoint_000000")}, \
         "t2 has none on disk; a finished trial is not resumed"
+
+
+def test_state_files_a_crash_cut_short_are_set_aside_for_an_older_copy_or_none_where_tune_does_without(tmp_path):
+    """Tune copies its state files into the experiment folder non-atomically; restoring from a cut one it starts the
+    experiment again. The second session's experiment state is cut: the first session's is read. The continuation's
+    variant generator state (its only copy) is cut: Tune resumes without it. The search's searcher state (its only
+    copy) is cut: nothing to fall back on, it is left (and logged)."""
+    import pickle
+
+    from finesweep.search.tuning.recovery import set_aside_cut_state
+
+    tune = tmp_path / "tune"
+    _saved_state(tune, ["first"], session="2026-11-22_10-00-00")
+    _cut(_saved_state(tune, ["second"], session="2026-11-22_11-00-00"))
+    variants = tune / "basic-variant-state-2026-11-22_10-00-00.json"
+    searcher = tune / "searcher-state-2026-11-22_10-00-00.pkl"
+    for path in (variants, searcher):
+        path.write_bytes(pickle.dumps({"counter": 1, "finished": True}))
+        _cut(path)
+    (tune / "tuner.pkl").write_bytes(b"")  # not a saved-state file of a session: not Tune's restore's concern here
+
+    assert [t.trial_id for t in saved_trials(tune)] == ["first"], "the cut newest state is not read"
+    moved = set_aside_cut_state(tune)
+    assert sorted(p.name for p in moved) == ["basic-variant-state-2026-11-22_10-00-00.json.cut",
+                                             "experiment_state-2026-11-22_11-00-00.json.cut"]
+    assert searcher.is_file() and (tune / "tuner.pkl").is_file()
+    assert sorted(p.name for p in tune.glob("experiment_state-*.json")) == ["experiment_state-2026-11-22_10-00-00.json"]
+    assert set_aside_cut_state(tune) == [], "whole files stay"
