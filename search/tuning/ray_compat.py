@@ -17,9 +17,9 @@ from typing import Any
 # data-parallel trial needs one to learn its Ray Train controller's handle (to abort it when Tune stops the trial).
 from ray.train.v2._internal.execution.callback import ControllerCallback
 
-__all__ = ["ControllerCallback", "SavedTrial", "add_actor_mixin", "asha_milestones_of", "default_temp_dir", "local_node_on_loopback",
-           "optuna_study_of", "saved_trials", "state_files", "train_session_dir", "tune_report_queue",
-           "RESUMES_WITHOUT", "is_whole_state_file"]
+__all__ = ["ControllerCallback", "RESUMES_WITHOUT", "SavedTrial", "add_actor_mixin", "asha_milestones_of",
+           "default_temp_dir", "is_whole_state_file", "local_node_on_loopback", "optuna_study_of", "saved_trials",
+           "state_files", "train_session_dir", "tune_report_queue"]
 
 EXPERIMENT_STATE_GLOB = "experiment_state-*.json"  # Tune's experiment state files; it restores the newest by name
 # Tune's saved state, one file per kind and driver session (the session's start time in the name), in the experiment's
