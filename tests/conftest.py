@@ -21,20 +21,6 @@ if "FINESWEEP_CACHE" not in os.environ:
 
 from tests import tiny  # noqa: E402
 
-# The suite runs two test files at once (pytest-xdist, --dist loadfile: README's test command), handed out in the
-# order collected; a slow file handed out last runs alone to the end (the exploit crash test's file did: about two
-# minutes on one core while the other idled). These go first, slowest first, as the fresh-clone CI timed them
-# (seconds of their slowest tests: 221, 125, 111, 98, 87, 69, 53); the rest keep their order.
-SLOWEST_FILES_FIRST = ("tests/search/test_cli_end_to_end.py", "tests/search/test_gguf_sweep.py",
-                       "tests/search/tuning/test_exploit.py", "tests/search/tracking/test_tracking_offline.py",
-                       "tests/search/tuning/test_resume.py", "tests/search/tuning/test_failures.py",
-                       "tests/search/tuning/test_cluster.py")
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    rank = {path: place for place, path in enumerate(SLOWEST_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # a stable sort
-
 
 @pytest.fixture(scope="session")
 def tiny_classifier(tmp_path_factory) -> Path:
