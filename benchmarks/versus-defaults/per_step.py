@@ -1,9 +1,9 @@
 """Which recipe trains all-MiniLM-L6-v2 better per step? A plain PyTorch loop with the Trainer's defaults (AdamW, fused
 as the Trainer's default optimizer is, lr 5e-5, batch 8, linear decay to zero, no warm-up, no weight decay), one
 thread, a fixed number of steps, then accuracy on the test split. What it varies: the head ([CLS] or the mean of the
-token states), dropout (the checkpoint's 0.1 in train mode, or none: the model left in eval mode) and the head's
-learning rate as a multiple of the body's, and the learning rate. Run two at once on a 2-core machine (one thread each) on run.py's split
-files:
+token states), dropout (the checkpoint's 0.1 in train mode, or none: the model left in eval mode), the head's
+learning rate as a multiple of the body's, and the learning rate. Run two at once on a 2-core machine (one thread
+each) on run.py's split files:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/versus-defaults/per_step.py runs/versus-defaults/tweets-b/data \
         --pooling mean --dropout off --seed 0

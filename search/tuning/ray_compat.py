@@ -87,7 +87,7 @@ def saved_trials(experiment_dir: Path) -> list[SavedTrial]:
     """The trials of Tune's newest saved experiment state ([] before its first save), read from the state file's
     plain JSON fields: `trial_data` holds, per trial, its JSON state (trial_id, status, relative_logdir) and its
     runtime JSON (last_result with checkpoint_dir_name)."""
-    states = [state for state in sorted(Path(experiment_dir).glob(EXPERIMENT_STATE_GLOB)) if is_whole_state_file(state)]
+    states = [path for path in sorted(Path(experiment_dir).glob(EXPERIMENT_STATE_GLOB)) if is_whole_state_file(path)]
     if not states:
         return []
     trials = []

@@ -50,9 +50,9 @@ def make_trainable(config: SweepConfig, context: TrialContext):
 def restore_tuner(config: SweepConfig, setup: TuneSetup, path: Path | None = None):
     """The interrupted experiment, continued: finished trials stay finished, unfinished ones resume from their
     last checkpoint (one Tune deleted after its last state save replaced first, one it had not registered yet given
-    to the trial, state files a crash cut short set aside: recovery.py), the searcher keeps its history; failed trials stay failed (their failure is
-    recorded). `path`: another experiment of the sweep (the winner's continuation, search/tuning/exploit.py) instead
-    of the search's."""
+    to the trial, state files a crash cut short set aside: recovery.py), the searcher keeps its history; failed
+    trials stay failed (their failure is recorded). `path`: another experiment of the sweep (the winner's
+    continuation, search/tuning/exploit.py) instead of the search's."""
     from ray import tune
 
     tune_environment()

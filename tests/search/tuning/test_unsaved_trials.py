@@ -123,5 +123,5 @@ def test_state_files_a_crash_cut_short_are_set_aside_for_an_older_copy_or_none_w
     assert sorted(p.name for p in moved) == ["basic-variant-state-2026-11-22_10-00-00.json.cut",
                                              "experiment_state-2026-11-22_11-00-00.json.cut"]
     assert searcher.is_file() and (tune / "tuner.pkl").is_file()
-    assert sorted(p.name for p in tune.glob("experiment_state-*.json")) == ["experiment_state-2026-11-22_10-00-00.json"]
+    assert [p.name for p in tune.glob("experiment_state-*.json")] == ["experiment_state-2026-11-22_10-00-00.json"]
     assert set_aside_cut_state(tune) == [], "whole files stay"
