@@ -21,7 +21,6 @@ __all__ = ["ControllerCallback", "RESUMES_WITHOUT", "SavedTrial", "add_actor_mix
            "default_temp_dir", "is_whole_state_file", "local_node_on_loopback", "optuna_study_of", "saved_trials",
            "state_files", "train_session_dir", "tune_report_queue"]
 
-EXPERIMENT_STATE_GLOB = "experiment_state-*.json"  # Tune's experiment state files; it restores the newest by name
 # Tune's saved state, one file per kind and driver session (the session's start time in the name), in the experiment's
 # folder: experiment_state (JSON), and its search algorithm's basic-variant-state, search_gen_state and searcher-state
 # (cloudpickles, whatever their suffix). A restore reads the newest file of each kind by name.
@@ -87,7 +86,7 @@ def saved_trials(experiment_dir: Path) -> list[SavedTrial]:
     """The trials of Tune's newest saved experiment state ([] before its first save), read from the state file's
     plain JSON fields: `trial_data` holds, per trial, its JSON state (trial_id, status, relative_logdir) and its
     runtime JSON (last_result with checkpoint_dir_name)."""
-    states = [path for path in sorted(Path(experiment_dir).glob(EXPERIMENT_STATE_GLOB)) if is_whole_state_file(path)]
+    states = [path for path in state_files(experiment_dir).get("experiment_state", []) if is_whole_state_file(path)]
     if not states:
         return []
     trials = []
