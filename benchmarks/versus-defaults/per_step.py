@@ -2,7 +2,9 @@
 as the Trainer's default optimizer is, lr 5e-5, batch 8, linear decay to zero, no warm-up, no weight decay), one
 thread, a fixed number of steps, then accuracy on the test split. What it varies: the head ([CLS] or the mean of the
 token states), dropout (the checkpoint's 0.1 in train mode, or none: the model left in eval mode), the head's
-learning rate as a multiple of the body's, and the learning rate. Run two at once on a 2-core machine (one thread
+learning rate as a multiple of the body's, and the learning rate. `--average` also scores, from the same run, the
+weights averaged over the last half and the last quarter of the steps (torch's SWA AveragedModel, a snapshot every
+25 steps) and an exponential moving average of them: a paired comparison, free of the seed's luck. Run two at once on a 2-core machine (one thread
 each) on run.py's split files:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/versus-defaults/per_step.py runs/versus-defaults/tweets-b/data \
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from transformers import AutoModel, AutoTokenizer
 
 from defaults_trainer import read_split
@@ -26,6 +29,7 @@ from finesweep.trainer.mean_pooling import masked_mean
 from run import package_folder
 
 BATCH, LEARNING_RATE, MAX_SEQ_LEN, EVAL_BATCH = 8, 5e-5, 64, 64
+AVERAGE_EVERY, AVERAGE_FROM, EMA_DECAY = 25, {"swa_half": 0.5, "swa_quarter": 0.75}, 0.9
 
 
 def main() -> None:
@@ -38,6 +42,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
     parser.add_argument("--validation", action="store_true", help="Also score the validation split.")
+    parser.add_argument("--average", action="store_true", help="Also score averages of the weights (see above).")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -49,17 +54,23 @@ def main() -> None:
     body = AutoModel.from_pretrained(checkpoint)
     head = torch.nn.Linear(body.config.hidden_size, len(label_ids))
 
-    def logits(texts: list[str]) -> torch.Tensor:
+    def logits(texts: list[str], model: torch.nn.ModuleDict | None = None) -> torch.Tensor:
+        model = model or torch.nn.ModuleDict({"body": body, "head": head})
         encoded = tokenizer(texts, truncation=True, max_length=MAX_SEQ_LEN, padding=True, return_tensors="pt")
-        states = body(**encoded).last_hidden_state
+        states = model["body"](**encoded).last_hidden_state
         # The mean head pools as finesweep's own does (trainer/mean_pooling.py).
-        return head(states[:, 0] if args.pooling == "cls" else masked_mean(states, encoded["attention_mask"]))
+        pooled = states[:, 0] if args.pooling == "cls" else masked_mean(states, encoded["attention_mask"])
+        return model["head"](pooled)
 
     optimizer = torch.optim.AdamW([{"params": body.parameters(), "lr": args.learning_rate},
                                    {"params": head.parameters(), "lr": args.learning_rate * args.head_lr_multiple}],
                                   weight_decay=0.0, fused=True)
     steps = int(args.epochs * len(train_texts) / BATCH)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / steps))
+    both = torch.nn.ModuleDict({"body": body, "head": head})
+    averages = {name: AveragedModel(both) for name in AVERAGE_FROM} if args.average else {}
+    if args.average:  # decay per snapshot: a snapshot 25 steps old weighs 0.9, one 250 steps old 0.35
+        averages["ema"] = AveragedModel(both, multi_avg_fn=get_ema_multi_avg_fn(EMA_DECAY))
     body.train(args.dropout == "on")  # eval mode: every dropout layer passes its input through
     started, step, order = time.perf_counter(), 0, list(range(len(train_texts)))
     while step < steps:
@@ -73,12 +84,22 @@ def main() -> None:
             schedule.step()
             optimizer.zero_grad()
             step += 1
+            if step % AVERAGE_EVERY == 0:
+                for name, average in averages.items():
+                    if step > AVERAGE_FROM.get(name, 0.0) * steps:
+                        average.update_parameters(both)
             if step >= steps:
                 break
     seconds = time.perf_counter() - started
     body.eval()
+    splits = ("test", "validation")[:2 if args.validation else 1]
     scores = {f"{split}_accuracy": accuracy(logits, *read_split(args.data_dir / f"{split}.csv"), label_ids)
-              for split in ("test", "validation")[:2 if args.validation else 1]}
+              for split in splits}
+    for name, average in averages.items():
+        average.eval()
+        scores |= {f"{name}_{split}_accuracy": accuracy(lambda texts: logits(texts, average.module),
+                                                        *read_split(args.data_dir / f"{split}.csv"), label_ids)
+                   for split in splits}
     print(json.dumps({**vars(args), "data_dir": str(args.data_dir), "steps": steps, **scores,
                       "train_seconds": round(seconds, 1)}))
 

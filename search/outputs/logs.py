@@ -1,5 +1,6 @@
-"""Where a sweep's log records go: everything at INFO and above to the sweep's log file; on the console (without
---verbose), finesweep's own records and other libraries' errors, while their warnings and notices go to the file."""
+"""Where a sweep's log records go: finesweep's at INFO and above and other libraries' warnings and errors to the
+sweep's log file; on the console (without --verbose), finesweep's own records and other libraries' errors, while
+their warnings go to the file."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 
 
 def log_to_file(path: Path) -> None:
-    """This process's log records at INFO and above also go to `path` (appended), while the console keeps showing
-    what it showed: tracebacks a user need not read (an export variant that failed) are kept there, not lost."""
+    """This process's log records also go to `path` (appended; finesweep's from INFO, other libraries' from WARNING:
+    FinesweepInfo), while the console keeps showing what it showed: tracebacks a user need not read (an export
+    variant that failed) are kept there, not lost."""
     root = logging.getLogger()
     for handler in [h for h in root.handlers if getattr(h, "finesweep_sweep_log", False)]:
         root.removeHandler(handler)  # the previous sweep's, in a process that runs several
@@ -21,6 +23,7 @@ def log_to_file(path: Path) -> None:
     file_handler = logging.FileHandler(path, encoding="utf-8")
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     file_handler.setLevel(logging.INFO)
+    file_handler.addFilter(FinesweepInfo())
     file_handler.finesweep_sweep_log = True  # type: ignore[attr-defined]
     root.addHandler(file_handler)
     root.setLevel(min(root.level, logging.INFO))
@@ -34,6 +37,14 @@ def sweep_log_file() -> Path | None:
         if getattr(handler, "finesweep_sweep_log", False):
             return Path(handler.baseFilename)  # type: ignore[attr-defined]
     return None
+
+
+class FinesweepInfo(logging.Filter):
+    """In the sweep's log file: finesweep's records from INFO, other libraries' from WARNING. Their notices are their
+    own progress (ONNX's graph optimizer logs 100 lines at INFO for each exported model, 90% of a sweep's log)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name.split(".")[0] == "finesweep" or record.levelno >= logging.WARNING
 
 
 class FinesweepOnly(logging.Filter):

@@ -54,6 +54,16 @@ def test_other_libraries_warnings_reach_the_log_file_and_not_the_console(console
     assert any(isinstance(f, ToSweepLog) for f in logging.getLogger("somelibrary.internals").handlers[0].filters)
 
 
+def test_the_log_file_keeps_finesweeps_notices_and_other_libraries_warnings(console, tmp_path):
+    log_to_file(tmp_path / "finesweep.log")
+    logging.getLogger("finesweep.search.probe.table").info("a finesweep notice")
+    logging.getLogger("onnxscript.optimizer").info("a library's progress")
+    logging.getLogger("onnxscript.optimizer").warning("a library's warning")
+    logged = (tmp_path / "finesweep.log").read_text()
+    assert "a finesweep notice" in logged and "a library's warning" in logged
+    assert "a library's progress" not in logged
+
+
 def test_a_second_sweep_in_the_same_process_logs_to_its_own_file(console, tmp_path):
     quiet_console()
     log_to_file(tmp_path / "first.log")
