@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import TrainerControl, TrainerState, get_linear_schedule_with_warmup
 
-from finesweep.trainer.schedule import OVERSHOOT, FinishByDeadline, steps_that_fit
+from finesweep.trainer.schedule import OVERSHOOT, SKIPPED_BEFORE_LAST, FinishByDeadline, steps_that_fit
 
 STEP_SECONDS, EVAL_SECONDS, EVERY = 1.0, 3.0, 10
 
@@ -143,3 +143,28 @@ def test_a_continuation_evaluates_at_its_own_cadence_not_the_one_its_checkpoint_
     callback.on_train_begin(Args(max_steps=600 * OVERSHOOT, eval_steps=every, save_steps=every), state,
                             TrainerControl(), lr_scheduler=_scheduler(200))
     assert (state.eval_steps, state.save_steps, state.logging_steps) == (every, every, 1)
+
+
+class Evaluations(FinishByDeadline):
+    """FinishByDeadline that records the steps it evaluated at (the Trainer saves after each, then calls on_save)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.steps: list[int] = []
+
+    def on_save(self, args, state, control, **kwargs):
+        self.steps.append(state.global_step)
+        super().on_save(args, state, control, **kwargs)
+
+
+def test_an_evaluation_just_before_the_last_one_is_skipped_and_its_seconds_trained_in():
+    """96 s pay for 72 steps with evaluations at 10 to 70 and the last one: the one at 70, two steps before the last,
+    is skipped, and the 3 s it would have cost train three more steps."""
+    clock = Clock()
+    deadline = clock.now + 96
+    assert steps_that_fit(96, STEP_SECONDS, EVAL_SECONDS, EVERY) == 72
+    assert 72 - 70 < SKIPPED_BEFORE_LAST * EVERY
+    callback = Evaluations(deadline, EVAL_SECONDS, clock=clock)
+    end, _ = _run(callback, _scheduler(400 * OVERSHOOT), Args(max_steps=400 * OVERSHOOT), clock)
+    assert callback.steps == [10, 20, 30, 40, 50, 60, end], callback.steps
+    assert end == 75 and clock.now <= deadline
