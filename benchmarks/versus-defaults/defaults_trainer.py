@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments, set_seed
 
 
 def read_split(path: Path) -> tuple[list[str], list[str]]:
@@ -48,11 +48,15 @@ def main() -> None:
     parser.add_argument("--validation", action="store_true",
                         help="Also score the validation split (after the test split; run.py leaves it off, so that "
                              "the arm's wall time is what a user's script spends).")
+    parser.add_argument("--seed", type=int, default=42,
+                        help="TrainingArguments' seed (its default: 42), set before the model is made, as "
+                             "transformers' example scripts do, so that it draws the new head too.")
     parser.add_argument("--dropout", type=float, default=None,
                         help="Every dropout rate of the model (hidden, attention, head); unset: the checkpoint's.")
     args = parser.parse_args()
 
     torch.set_num_threads(os.cpu_count() or 1)
+    set_seed(args.seed)
     names = sorted(set(read_split(args.data_dir / "train.csv")[1]))
     label_ids = {name: i for i, name in enumerate(names)}
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
@@ -64,7 +68,7 @@ def main() -> None:
         args.model_dir, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label_ids, **rates)
     training = TrainingArguments(
         output_dir=str(args.output_dir), num_train_epochs=args.epochs, max_steps=args.max_steps, use_cpu=True,
-        eval_strategy="no", save_strategy="no", report_to="none")
+        eval_strategy="no", save_strategy="no", report_to="none", seed=args.seed)
     # processing_class=tokenizer: the default collator then pads each batch to its longest row.
     trainer = Trainer(model=model, args=training, train_dataset=train, processing_class=tokenizer)
     started = time.perf_counter()

@@ -22,6 +22,7 @@ Writes benchmarks/versus-defaults/results-<data>.json and prints a Markdown tabl
 with nothing else loading the machine:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/versus-defaults/run.py --data tweets
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/versus-defaults/run.py --data tweets-b --seed 7   # another draw
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/versus-defaults/run.py --data chat --sweeps plain
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/versus-defaults/run.py --smoke    # the plumbing, under 2 minutes
 """
@@ -50,6 +51,7 @@ from finesweep.trainer.data.cleaning import normalise
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 SEED = 2029  # not the example's 42: the slice is not the rows the example was tuned on
+EXAMPLE_SEED = 42  # the example's seed and TrainingArguments' default: --seed's default
 SPLITS = ("train", "validation", "test")
 TWEET_ROWS = {"train": 6000, "validation": 1000, "test": 2000}
 SMOKE_TWEET_ROWS = {"train": 300, "validation": 100, "test": 100}
@@ -175,20 +177,21 @@ def timed(command: list[str], log: Path) -> tuple[float, str]:
     return seconds, done.stdout
 
 
-def defaults_arm(name: str, epochs: int, data: Path, work: Path, smoke: bool) -> dict[str, Any]:
+def defaults_arm(name: str, epochs: int, data: Path, work: Path, smoke: bool, seed: int) -> dict[str, Any]:
     command = [sys.executable, str(HERE / "defaults_trainer.py"), str(data), str(MODEL), str(work / name),
-               "--epochs", str(epochs), "--max-seq-len", str(MAX_SEQ_LEN)] + (["--max-steps", "20"] if smoke else [])
+               "--epochs", str(epochs), "--max-seq-len", str(MAX_SEQ_LEN), "--seed", str(seed)]
+    command += ["--max-steps", "20"] if smoke else []
     seconds, stdout = timed(command, work / "logs" / f"{name}.log")
     return {"epochs": epochs, "wall_seconds": seconds, **json.loads(stdout.strip().splitlines()[-1])}
 
 
 def write_sweep(source: Path, name: str, data: Path, work: Path, budget_minutes: float | None, smoke: bool,
-                exploit_start: str | None = None) -> Path:
-    """A copy of `source` on the split files, in the work folder; budget None keeps the file's own; `exploit_start`
-    sets search.exploit.start (None keeps the file's)."""
+                exploit_start: str | None = None, seed: int = EXAMPLE_SEED) -> Path:
+    """A copy of `source` on the split files, in the work folder, with `seed`; budget None keeps the file's own;
+    `exploit_start` sets search.exploit.start (None keeps the file's)."""
     sweep = yaml.safe_load(source.read_text(encoding="utf-8"))
     kept = {"max_seq_len": sweep["data"].get("max_seq_len", MAX_SEQ_LEN)}
-    sweep.update(name=name, output_root=str(work), data=data_section(data) | kept)
+    sweep.update(name=name, seed=seed, output_root=str(work), data=data_section(data) | kept)
     if exploit_start:
         sweep["search"]["exploit"] = {**sweep["search"].get("exploit", {}), "start": exploit_start}
     if budget_minutes is not None:
@@ -207,11 +210,11 @@ def finesweep(command: str, sweep_file: Path, log: Path, *options: str) -> tuple
 
 
 def sweep_arm(name: str, source: Path, data: Path, work: Path, target_seconds: float | None, smoke: bool,
-              exploit_start: str | None = None) -> dict[str, Any]:
+              exploit_start: str | None = None, seed: int = EXAMPLE_SEED) -> dict[str, Any]:
     """`finesweep run --time-limit <target_seconds>s`, as a user who has that much time runs it (None: the file's own
     search budget; smoke: half a minute of search, the plumbing without the wait)."""
     arm: dict[str, Any] = {"sweep_file": str(source.relative_to(REPO))}
-    sweep_file = write_sweep(source, name, data, work, 0.5 if smoke else None, smoke, exploit_start)
+    sweep_file = write_sweep(source, name, data, work, 0.5 if smoke else None, smoke, exploit_start, seed)
     limit = ["--time-limit", f"{target_seconds:.0f}s"] if target_seconds is not None and not smoke else []
     arm["wall_seconds"], _ = finesweep("run", sweep_file, work / "logs" / f"{name}.log", *limit)
     summary = json.loads((work / name / "summary.json").read_text())
@@ -280,6 +283,9 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="Tiny everything, to check the plumbing (under 2 minutes).")
     parser.add_argument("--exploit-start", choices=["checkpoint", "scratch"],
                         help="search.exploit.start of every sweep arm (unset: the file's); its results get a suffix.")
+    parser.add_argument("--seed", type=int, default=EXAMPLE_SEED,
+                        help="The seed of every arm (the sweeps' `seed`, the defaults' TrainingArguments seed): "
+                             "samples at different seeds are independent draws of the arms' luck.")
     parser.add_argument("--defaults-from", type=Path,
                         help="An earlier results file (same data, same machine) whose defaults arms are reused.")
     args = parser.parse_args()
@@ -300,17 +306,18 @@ def main() -> None:
     earlier = json.loads(args.defaults_from.read_text())["arms"] if args.defaults_from else {}
     for name, epochs in (("defaults-1epoch", 1), ("defaults-2epochs", 2)):
         arms[name] = ({**earlier[name], "from": str(args.defaults_from)} if name in earlier
-                      else defaults_arm(name, epochs, data, work, args.smoke))
+                      else defaults_arm(name, epochs, data, work, args.smoke, args.seed))
         print(f"{name}: {json.dumps(arms[name])}", flush=True)
     two_epochs = arms["defaults-2epochs"]["wall_seconds"]
     runs = [(f"sweep-{s}", SWEEP_FILES[s], two_epochs) for s in sweeps]
     runs += [("example-own-budget", SWEEP_FILES["example"], None)] if own_budget else []
     for name, source, target in runs:
-        arms[name] = sweep_arm(f"{args.data}-{name}", source, data, work, target, args.smoke, args.exploit_start)
+        arms[name] = sweep_arm(f"{args.data}-{name}", source, data, work, target, args.smoke, args.exploit_start,
+                               args.seed)
         print(f"{name}: {json.dumps(arms[name])}", flush=True)
     arms["autogluon"] = autogluon_arm(args.autogluon_python, data, work, two_epochs)
 
-    results = {**machine(), "data": {"name": args.data, "seed": SEED, "splits": sizes}, "arms": arms,
+    results = {**machine(), "data": {"name": args.data, "seed": SEED, "splits": sizes}, "seed": args.seed, "arms": arms,
                "date": time.strftime("%Y-%m-%d"), "finesweep_commit": git("rev-parse", "--short", "HEAD"),
                "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no"))}
     out = HERE / ("results-smoke.json" if args.smoke else f"results-{variant}.json")
