@@ -99,12 +99,14 @@ class TrialPlan:
     finish_by: float | None = None
     restart_schedule: bool = False
     evaluation_seconds: float = 0.0
+    evaluations: int = 0  # how many a run that ends by its deadline makes, spaced once it has timed its steps
 
     def params(self) -> dict[str, Any]:
         """The numbers worth logging once per trial."""
         # A run that ends by its deadline times its own end: its provisional max_steps and how it started differ
         # each time it (re)starts, and MLflow keeps a run's first value of a parameter.
-        timed = ("finish_by", "restart_schedule", "evaluation_seconds", *(("max_steps",) if self.finish_by else ()))
+        timed = ("finish_by", "restart_schedule", "evaluation_seconds", "evaluations",
+                 *(("max_steps",) if self.finish_by else ()))
         flat = {k: v for k, v in asdict(self).items()
                 if k not in ("candidate", "label_names", "batch", "tokenized_dir", "output_dir", "resume_from", *timed)}
         flat.update(model=self.candidate["name"], effective_batch_size=self.batch.effective,
@@ -192,7 +194,8 @@ def _deadline(plan: TrialPlan) -> list[Any]:
         return []
     from finesweep.trainer.schedule import FinishByDeadline
 
-    return [FinishByDeadline(plan.finish_by, plan.evaluation_seconds, plan.restart_schedule)]
+    return [FinishByDeadline(plan.finish_by, plan.evaluation_seconds, plan.restart_schedule,
+                             evaluations=plan.evaluations)]
 
 
 class _Throughput:

@@ -25,6 +25,7 @@ class Exploitation:
     finish_by: float  # time.time() by which it has trained, evaluated and saved its last step
     evaluation_seconds: float  # an evaluation's expected cost, until it has measured one
     eval_every_steps: int = 0  # steps between its evaluations (fewer than the trials'); 0: the trials' own
+    evaluations: int = 0  # search.exploit.evaluations: spaced over its timed length once it has timed its steps
 
 
 @dataclass(frozen=True)

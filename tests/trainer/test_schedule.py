@@ -51,7 +51,7 @@ def _run(callback: FinishByDeadline, scheduler, args: Args, clock: Clock, start_
         scheduler.step()
         state.global_step += 1
         control = TrainerControl()
-        if state.global_step % args.eval_steps == 0:
+        if state.global_step % state.eval_steps == 0:
             control.should_evaluate = True  # what transformers' DefaultFlowCallback sets before ours runs
         callback.on_step_end(args, state, control, lr_scheduler=scheduler)
         if control.should_evaluate:
@@ -168,3 +168,31 @@ def test_an_evaluation_just_before_the_last_one_is_skipped_and_its_seconds_train
     end, _ = _run(callback, _scheduler(400 * OVERSHOOT), Args(max_steps=400 * OVERSHOOT), clock)
     assert callback.steps == [10, 20, 30, 40, 50, 60, end], callback.steps
     assert end == 75 and clock.now <= deadline
+
+
+@pytest.mark.parametrize("evaluations", [0, 3], ids=["the period as told", "three spaced over the timed length"])
+def test_evaluations_are_spaced_over_the_length_the_run_timed(evaluations):
+    """Told a period of 10 steps, from a speed a third of its own, a run of 300 s asked for 3 evaluations spaces them
+    over the steps it timed (about 90 apart) and trains the seconds the others would have cost; told 0, it keeps 10."""
+    clock = Clock()
+    deadline = clock.now + 300
+    callback = Evaluations(deadline, EVAL_SECONDS, clock=clock, evaluations=evaluations)
+    end, _ = _run(callback, _scheduler(100 * OVERSHOOT), Args(max_steps=100 * OVERSHOOT), clock)
+    assert clock.now <= deadline and callback.steps[-1] == end
+    if evaluations:
+        assert len(callback.steps) == evaluations and callback.steps[0] > 80, callback.steps
+        assert end > steps_that_fit(300, STEP_SECONDS, EVAL_SECONDS, EVERY), "the evaluations' seconds trained in"
+    else:
+        assert callback.steps[:3] == [10, 20, 30] and len(callback.steps) > 20
+
+
+@pytest.mark.parametrize("start", [0, 7, 345, 1003])
+@pytest.mark.parametrize("evaluations", [1, 2, 3, 5])
+def test_a_run_from_any_step_makes_as_many_evaluations_as_it_is_told(start, evaluations):
+    """The Trainer evaluates at multiples of the period counted from step 0; a continuation starts wherever its source
+    trial stopped. Whatever the offset, the count is the one asked for, the last step's included."""
+    clock = Clock()
+    callback = Evaluations(clock.now + 400, EVAL_SECONDS, clock=clock, evaluations=evaluations)
+    end, _ = _run(callback, _scheduler(100 * OVERSHOOT), Args(max_steps=(start + 100) * OVERSHOOT), clock,
+                  start_step=start)
+    assert len(callback.steps) == evaluations and callback.steps[-1] == end, callback.steps
