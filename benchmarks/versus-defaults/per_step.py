@@ -2,7 +2,7 @@
 as the Trainer's default optimizer is, lr 5e-5, batch 8, linear decay to zero, no warm-up, no weight decay), one
 thread, a fixed number of steps, then accuracy on the test split. What it varies: the head ([CLS] or the mean of the
 token states), dropout (the checkpoint's 0.1 in train mode, or none: the model left in eval mode), the head's
-learning rate as a multiple of the body's, and the learning rate. `--average` also scores, from the same run, the
+learning rate as a multiple of the body's, the learning rate, layer-wise rate decay and label smoothing. `--average` also scores, from the same run, the
 weights averaged over the last half and the last quarter of the steps (torch's SWA AveragedModel, a snapshot every
 25 steps) and an exponential moving average of them: a paired comparison, free of the seed's luck. Run two at once on a 2-core machine (one thread
 each) on run.py's split files:
@@ -43,6 +43,10 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
     parser.add_argument("--validation", action="store_true", help="Also score the validation split.")
     parser.add_argument("--average", action="store_true", help="Also score averages of the weights (see above).")
+    parser.add_argument("--layer-decay", type=float, default=1.0,
+                        help="Layer-wise rate decay: the top layer trains at the rate, each one below at this times "
+                             "the one above, the embeddings last (1: one rate for the whole body).")
+    parser.add_argument("--label-smoothing", type=float, default=0.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -62,7 +66,7 @@ def main() -> None:
         pooled = states[:, 0] if args.pooling == "cls" else masked_mean(states, encoded["attention_mask"])
         return model["head"](pooled)
 
-    optimizer = torch.optim.AdamW([{"params": body.parameters(), "lr": args.learning_rate},
+    optimizer = torch.optim.AdamW([*body_groups(body, args.learning_rate, args.layer_decay),
                                    {"params": head.parameters(), "lr": args.learning_rate * args.head_lr_multiple}],
                                   weight_decay=0.0, fused=True)
     steps = int(args.epochs * len(train_texts) / BATCH)
@@ -78,7 +82,8 @@ def main() -> None:
         for first in range(0, len(order) - BATCH + 1, BATCH):
             rows = order[first:first + BATCH]
             targets = torch.tensor([label_ids[train_labels[i]] for i in rows])
-            loss = torch.nn.functional.cross_entropy(logits([train_texts[i] for i in rows]), targets)
+            loss = torch.nn.functional.cross_entropy(logits([train_texts[i] for i in rows]), targets,
+                                                     label_smoothing=args.label_smoothing)
             loss.backward()
             optimizer.step()
             schedule.step()
@@ -102,6 +107,18 @@ def main() -> None:
                    for split in splits}
     print(json.dumps({**vars(args), "data_dir": str(args.data_dir), "steps": steps, **scores,
                       "train_seconds": round(seconds, 1)}))
+
+
+def body_groups(body: torch.nn.Module, rate: float, layer_decay: float) -> list[dict]:
+    """The body's parameters by depth: the top encoder layer at `rate`, each one below at `layer_decay` times the one
+    above, the embeddings below the bottom layer (and the unused pooler at `rate`)."""
+    layers = list(body.encoder.layer)
+    groups = [{"params": list(layer.parameters()), "lr": rate * layer_decay ** (len(layers) - 1 - depth)}
+              for depth, layer in enumerate(layers)]
+    groups.append({"params": list(body.embeddings.parameters()), "lr": rate * layer_decay ** len(layers)})
+    placed = {id(parameter) for group in groups for parameter in group["params"]}
+    groups.append({"params": [p for p in body.parameters() if id(p) not in placed], "lr": rate})
+    return [group for group in groups if group["params"]]
 
 
 def accuracy(logits, texts: list[str], labels: list[str], label_ids: dict[str, int]) -> float:
