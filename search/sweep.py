@@ -213,7 +213,8 @@ def _exploit(session: Session, setup, winner: Best | None, results, explored: fl
     final, session.exploitation = exploit.continue_winner(
         session.config, setup, winner, results, explored, continuing, session.plan, session.tracker.uri,
         session.console, lambda record: _update_state(session, exploitation=record),
-        validation_rows=session.data.prepared.report.splits.get("validation", 0))
+        validation_rows=session.data.prepared.report.splits.get("validation", 0),
+        train_rows=session.data.prepared.report.splits.get("train", 0))
     if session.exploitation:  # the real split of the budget, beside the plan's on the parent run
         done = session.exploitation
         split = {"exploitation_seconds": done["trained_seconds"], **(

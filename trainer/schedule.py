@@ -6,7 +6,8 @@ after each optimizer step it re-estimates the step that ends in time, from its m
 evaluation, and re-draws the linear decay from the current rate to zero at that step. The rate never jumps (each
 re-draw starts where the last one was), it reaches zero at the last step, and the last step is evaluated and saved;
 a periodic evaluation that would fall less than half a period before it is skipped, and its seconds trained in. Told
-how many evaluations to make, it spaces them over the steps it has timed, not the ones it was told to expect.
+how many evaluations to make, it spaces them over the steps it has timed, not the ones it was told to expect. Told
+a last step (search.exploit.max_epochs), it ends there if the deadline is later, its decay to zero at that step.
 """
 
 from __future__ import annotations
@@ -62,12 +63,13 @@ class FinishByDeadline(TrainerCallback):
     run has measured one. `evaluations`: how many it makes, its last one included, evenly from its own start over
     the length it has timed (never more often than its arguments' period; 0: the Trainer's multiples of that period
     from step 0). The period it is told comes from the source trial's speed, and a continuation on every core,
-    without the baseline's dropout, trained 3x that fast: it evaluated five times where three were asked."""
+    without the baseline's dropout, trained 3x that fast: it evaluated five times where three were asked.
+    `last_step`: the step it ends at when its deadline would let it train longer (0: none)."""
 
     def __init__(self, deadline: float, evaluation_seconds: float, restart: bool = False,
-                 clock: Callable[[], float] = time.time, evaluations: int = 0):
+                 clock: Callable[[], float] = time.time, evaluations: int = 0, last_step: int = 0):
         self.deadline, self.evaluation_seconds, self.restart, self.clock = deadline, evaluation_seconds, restart, clock
-        self.evaluations = evaluations
+        self.evaluations, self.last_step = evaluations, last_step
         self.end_step = 0
         self._began_at = self._evaluating_since = 0.0
         self._began_step = 0
@@ -81,7 +83,7 @@ class FinishByDeadline(TrainerCallback):
         state.compute_steps(args, args.max_steps)
         self._began_at, self._began_step = self.clock(), state.global_step
         provisional = args.max_steps // OVERSHOOT
-        self.end_step = max(provisional, state.global_step + 1)
+        self.end_step = max(self._capped(provisional), state.global_step + 1)
         if self.evaluations:  # spaced over the provisional end until the run has timed its own
             self._told_period = state.eval_steps
             self._space()
@@ -132,7 +134,11 @@ class FinishByDeadline(TrainerCallback):
         offset = self._began_step if self.evaluations else 0
         fit = steps_that_fit(seconds_left, per_step, self.evaluation_seconds, self._every(state),
                              state.global_step - offset)
-        self.end_step = min(state.global_step + fit, args.max_steps)
+        self.end_step = self._capped(min(state.global_step + fit, args.max_steps))
+
+    def _capped(self, end_step: int) -> int:
+        """`end_step`, or the last step where that comes first."""
+        return min(end_step, self.last_step) if self.last_step else end_step
 
     def _space(self) -> None:
         """`evaluations` evenly over the steps from the run's start to its end as now estimated, never more often than

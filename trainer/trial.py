@@ -100,12 +100,13 @@ class TrialPlan:
     restart_schedule: bool = False
     evaluation_seconds: float = 0.0
     evaluations: int = 0  # how many a run that ends by its deadline makes, spaced once it has timed its steps
+    last_step: int = 0  # where a run that ends by its deadline ends if that comes first (search.exploit.max_epochs)
 
     def params(self) -> dict[str, Any]:
         """The numbers worth logging once per trial."""
         # A run that ends by its deadline times its own end: its provisional max_steps and how it started differ
         # each time it (re)starts, and MLflow keeps a run's first value of a parameter.
-        timed = ("finish_by", "restart_schedule", "evaluation_seconds", "evaluations",
+        timed = ("finish_by", "restart_schedule", "evaluation_seconds", "evaluations", "last_step",
                  *(("max_steps",) if self.finish_by else ()))
         flat = {k: v for k, v in asdict(self).items()
                 if k not in ("candidate", "label_names", "batch", "tokenized_dir", "output_dir", "resume_from", *timed)}
@@ -124,7 +125,7 @@ def train(plan: TrialPlan, sink: EvaluationSink) -> dict[str, float]:
     import torch
 
     torch.set_num_threads(max(1, plan.threads))
-    if plan.resume_from and _checkpoint_step(plan.resume_from) >= _step_bound(plan):
+    if plan.resume_from and _checkpoint_step(plan.resume_from) >= min(_step_bound(plan), plan.last_step or math.inf):
         return {}  # restarted from its final checkpoint (killed after its last report): nothing is left to train
     if plan.finish_by is not None and time.time() >= plan.finish_by:
         return {}  # its deadline passed while it waited (a resume after the budget's end)
@@ -195,7 +196,7 @@ def _deadline(plan: TrialPlan) -> list[Any]:
     from finesweep.trainer.schedule import FinishByDeadline
 
     return [FinishByDeadline(plan.finish_by, plan.evaluation_seconds, plan.restart_schedule,
-                             evaluations=plan.evaluations)]
+                             evaluations=plan.evaluations, last_step=plan.last_step)]
 
 
 class _Throughput:

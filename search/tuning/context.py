@@ -26,6 +26,7 @@ class Exploitation:
     evaluation_seconds: float  # an evaluation's expected cost, until it has measured one
     eval_every_steps: int = 0  # steps between its evaluations (fewer than the trials'); 0: the trials' own
     evaluations: int = 0  # search.exploit.evaluations: spaced over its timed length once it has timed its steps
+    last_step: int = 0  # search.exploit.max_epochs in the source's steps: where it ends if its deadline is later
 
 
 @dataclass(frozen=True)

@@ -196,3 +196,21 @@ def test_a_run_from_any_step_makes_as_many_evaluations_as_it_is_told(start, eval
     end, _ = _run(callback, _scheduler(100 * OVERSHOOT), Args(max_steps=(start + 100) * OVERSHOOT), clock,
                   start_step=start)
     assert len(callback.steps) == evaluations and callback.steps[-1] == end, callback.steps
+
+
+@pytest.mark.parametrize("start", [0, 40])
+def test_a_run_told_a_last_step_ends_there_when_its_deadline_is_later(start):
+    """300 s pay for about 225 steps; told to end at step 120 (search.exploit.max_epochs), the run ends there, its rate
+    decayed to zero at that step and its three evaluations spaced up to it, with most of its time unspent."""
+    clock = Clock()
+    deadline = clock.now + 300
+    callback = Evaluations(deadline, EVAL_SECONDS, restart=bool(start), clock=clock, evaluations=3, last_step=120)
+    scheduler = _scheduler(200 * OVERSHOOT)
+    for _ in range(start):  # a checkpoint's scheduler has counted its steps
+        scheduler.optimizer.step()
+        scheduler.step()
+    end, rates = _run(callback, scheduler, Args(max_steps=200 * OVERSHOOT), clock, start_step=start)
+    assert end == 120 and callback.steps[-1] == 120 and len(callback.steps) == 3, callback.steps
+    assert scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)
+    assert rates[-1] <= 1.5 * rates[0] / (120 - start), "the decay reaches zero at the last step, not at the deadline"
+    assert deadline - clock.now > 100, "the time the budget would have paid for is left unspent"
