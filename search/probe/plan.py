@@ -30,6 +30,7 @@ from finesweep.search.probe.simulate import TRIAL_START_SECONDS, Lane, Simulated
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.config import AUTO_DROPOUT
+from finesweep.spaces.search_config import SearchConfig
 
 # Fixed costs the probe does not measure (TRIAL_START_SECONDS: search/probe/simulate.py). A trial's start counts
 # the probe's load of the model where it took longer than a small encoder's on a CPU (a QLoRA trial on a GPU took
@@ -293,8 +294,17 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
         plan.notes.append(f"the search's budget split: {time_budget:.0f} s for the trials, then "
                           f"{plan.exploitation_seconds:.0f} s for the winner (search.exploit.share "
                           f"{search.exploit.fraction:.2f}{auto_note}; from its "
-                          f"{'latest checkpoint' if search.exploit.start == 'checkpoint' else 'step 0'}, with every core)")
+                          f"{'latest checkpoint' if search.exploit.start == 'checkpoint' else 'step 0'}, with every core"
+                          f"{_passes_cap(search, train_rows)})")
     return plan
+
+
+def _passes_cap(search: SearchConfig, train_rows: int) -> str:
+    """The plan's words for search.exploit.max_epochs: where the winner's training ends if the budget pays for more."""
+    if not (search.exploit.max_epochs and train_rows):
+        return ""
+    return (f"; ending at {search.exploit.max_epochs:g} passes over the {train_rows:,} training rows if that comes "
+            "first: search.exploit.max_epochs")
 
 
 def _budget_words(config: SweepConfig) -> str:

@@ -242,6 +242,9 @@ def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passe
     assert any("(search.exploit.share 0.75, auto: the budget pays for 1.0 passes over the 7,200 training rows at "
                "its slowest candidate's speed" in note for note in few.notes)
     assert planned(0).exploit_share == 0.4, "no training rows known: the unplanned default"
+    assert any("ending at 2 passes over the 7,200 training rows if that comes first: search.exploit.max_epochs" in note
+               for note in few.notes)
+    assert not any("max_epochs" in note for note in planned(0).notes), "no rows known: no passes to name"
     applied = planning.apply(config, few)
     assert applied.search.exploit.share == 0.75 and applied.search.exploration_seconds == pytest.approx(75)
     fixed = planning.plan_search(_config(time_budget_minutes=5, exploit={"share": 0.2}), probes, validation_rows=80,
