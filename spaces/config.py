@@ -188,7 +188,7 @@ class SpaceConfig(Section):
     lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
     warmup_ratio: FloatDim = Field(0.06, description="Fraction of max_steps spent warming up.")
     weight_decay: FloatDim = Field(0.01, description="AdamW weight decay.")
-    dropout: FloatDim | Literal["auto"] | None = Field("auto", description="Every dropout rate of the model (hidden, attention, classifier head: its config's fields, whatever the architecture names them): a value, a searched range, `checkpoint` (the checkpoint's own: 0.1 for BERT-family encoders) or auto: 0 where the budget pays for at most 2 passes over the training split, the checkpoint's own beyond (a short fine-tune under-fits, and dropout slows both its steps and its learning: measured on two tweet slices with all-MiniLM-L6-v2, 0.45 and 0.8 points more after one epoch, 1.15x faster steps; benchmarks/README.md). The baseline keeps the checkpoint's.")
+    dropout: FloatDim | Literal["auto"] | None = Field("auto", description="Every dropout rate of the model (hidden, attention, classifier head: its config's fields, whatever the architecture names them): a value, a searched range, `checkpoint` (the checkpoint's own: 0.1 for BERT-family encoders) or auto: 0 where one model trains at most 2 passes over the training split (the budget's passes, but no more than a trial makes or search.exploit.max_epochs lets the winner train), the checkpoint's own beyond (a short fine-tune under-fits, and dropout slows both its steps and its learning: measured on two tweet slices with all-MiniLM-L6-v2, 0.45 and 0.8 points more after one epoch, 1.15x faster steps; benchmarks/README.md). The baseline keeps the checkpoint's.")
 
     @model_validator(mode="before")
     @classmethod

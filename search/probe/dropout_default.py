@@ -8,7 +8,8 @@ epoch of the Trainer's defaults without dropout, 0.3 after two, each in about 0.
 ship without it for the same reason (Llama's attention_dropout 0; ModernBERT's rates 0), and single-epoch
 pre-training does better without it (Liu et al., "Drop Dropout on Single-Epoch Language Model Pretraining", 2025).
 Past two passes the model sees its rows again and may over-fit them: the checkpoint's regularisation stays (not
-measured here, so not changed).
+measured here, so not changed). A budget that pays for more passes than one model trains (the winner's further
+training ends at search.exploit.max_epochs) counts the passes it trains.
 """
 
 from __future__ import annotations
@@ -28,13 +29,18 @@ NO_DROPOUT_MAX_PASSES = 2.0
 
 def planned_passes(config: SweepConfig, combinations: list[CombinationTimes], train_rows: int) -> float | None:
     """Passes over the training split the sweep may train one model for: the whole time budget at the slowest
-    candidate's speed, or without one a trial's max_steps at the largest effective batch. None: not known."""
+    candidate's speed, but no more than the winner's further training stops at (search.exploit.max_epochs) or a trial
+    makes, whichever is more; without a budget, a trial's max_steps at the largest effective batch. None: not
+    known."""
     search = config.search
-    if search.time_budget_minutes:
-        return budget_passes(combinations, search.time_budget_minutes * 60, train_rows)
-    if train_rows < 1:
-        return None
-    return search.max_steps * max(config.space.effective_batch_size) / train_rows
+    trial_passes = search.max_steps * max(config.space.effective_batch_size) / train_rows if train_rows > 0 else None
+    if not search.time_budget_minutes:
+        return trial_passes
+    passes = budget_passes(combinations, search.time_budget_minutes * 60, train_rows)
+    # The continuation's cap holds where there is one: a share of the budget, single-process trials (exploit.applies).
+    capped = (search.exploit.fraction > 0 and config.resources.workers_per_trial == 1 and search.exploit.max_epochs
+              and trial_passes is not None)
+    return min(passes, max(search.exploit.max_epochs, trial_passes)) if passes is not None and capped else passes
 
 
 def resolve_dropout(config: SweepConfig, combinations: list[CombinationTimes],

@@ -29,7 +29,7 @@ def _planned(config: SweepConfig, train_rows: int):
 
 def test_auto_trains_without_dropout_where_the_budget_pays_for_two_passes_at_most_and_says_so():
     """5 minutes at the slowest candidate's 24 samples/s: 7,200 samples, 1 pass over 7,200 rows, 3 over 2,400."""
-    config = _config(time_budget_minutes=5)
+    config = _config(time_budget_minutes=5, exploit={"max_epochs": None})
     assert config.space.dropout == "auto"
     short, long = _planned(config, 7_200), _planned(config, 2_400)
     assert short.dropout == 0.0 and long.dropout is None
@@ -56,3 +56,17 @@ def test_a_dropout_the_file_sets_is_kept_and_not_explained(written, kept):
     assert resolved is config and note == ""
     applied = planning.apply(config, _planned(config, 7_200))
     assert applied.space.dropout == (config.space.dropout if isinstance(written, dict) else kept)
+
+
+def test_auto_counts_the_passes_one_model_trains_not_the_whole_budgets():
+    """5 minutes pay for 3 passes over 2,400 rows, a trial for 1.3 (100 steps of 32), and the winner's further
+    training ends at 2 (search.exploit.max_epochs): no model trains past 2 passes, so no dropout. Over 800 rows a trial
+    makes 4 passes itself: it counts, and the checkpoint's dropout stays."""
+    config = _config(time_budget_minutes=5)
+    assert config.search.exploit.max_epochs == 2
+    assert planned_passes(config, _planned(config, 2_400).combinations, 2_400) == pytest.approx(2.0)
+    assert _planned(config, 2_400).dropout == 0.0
+    assert planned_passes(config, _planned(config, 800).combinations, 800) == pytest.approx(4.0)
+    assert _planned(config, 800).dropout is None
+    no_share = _config(time_budget_minutes=5, exploit={"share": 0})
+    assert planned_passes(no_share, _planned(no_share, 2_400).combinations, 2_400) == pytest.approx(3.0)
