@@ -189,6 +189,7 @@ class TrainingSetup:
     lora_dropout: float = 0.05
     gradient_checkpointing: bool = False
     dropout: float | None = None  # every dropout rate of the model's config (space.dropout); None: the checkpoint's
+    freeze_embeddings: bool = False  # a classifier's full fine-tuning leaves its word embeddings (space.freeze_embeddings)
 
 
 # A model configuration's dropout rates, whatever the architecture names them: BERT's hidden_dropout_prob,
@@ -233,9 +234,22 @@ def load_trainable(candidate: ModelCandidate, task: Task, label_names: list[str]
         model = load_model(candidate, task, label_names, trust_remote_code, **dropout).to(device)
         if setup.gradient_checkpointing:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=CHECKPOINTING_KWARGS)
+        if setup.freeze_embeddings and method == Method.full and task == Task.classification:
+            freeze_input_embeddings(model)
     if method.has_adapter:
         model = apply_lora(model, task, setup.lora_r, setup.lora_alpha, setup.lora_dropout)
     return model
+
+
+def freeze_input_embeddings(model: "PreTrainedModel") -> bool:
+    """Stop the word embeddings training: no gradient and no optimizer state for the largest matrix of a small
+    encoder, so each step does less. Not where the output layer shares their weights (a tied language-model head
+    would stop learning too). Returns whether it froze them."""
+    embeddings, output = model.get_input_embeddings(), model.get_output_embeddings()
+    if embeddings is None or (output is not None and output.weight is embeddings.weight):
+        return False
+    embeddings.weight.requires_grad_(False)
+    return True
 
 
 # A classifier's new head trains in full (peft saves it whole beside the adapters, under these names for sequence

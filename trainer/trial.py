@@ -88,6 +88,7 @@ class TrialPlan:
     lora_alpha: int | None = None
     lora_dropout: float = 0.05
     dropout: float | None = None  # the model's dropout rates (space.dropout); None: the checkpoint's own
+    freeze_embeddings: bool = False  # the word embeddings do not train (space.freeze_embeddings; never the baseline)
     deepspeed_stage: int = 0  # ZeRO stage through the Trainer's DeepSpeed integration; 0 = plain torch
     gradient_checkpointing: bool = False  # the probe's plan for this combination (resources.gradient_checkpointing)
     use_gpu: bool = True  # False: the CPU even where CUDA is present (resources.gpus_per_trial: 0)
@@ -239,7 +240,8 @@ def _load_model(plan: TrialPlan, candidate: ModelCandidate, task: Task, tokenize
     set_seed(plan.seed)
     setup = models.TrainingSetup(method=plan.method, precision=plan.precision, lora_r=plan.lora_r or 8,
                                  lora_alpha=plan.lora_alpha or 16, lora_dropout=plan.lora_dropout,
-                                 gradient_checkpointing=plan.gradient_checkpointing, dropout=plan.dropout)
+                                 gradient_checkpointing=plan.gradient_checkpointing, dropout=plan.dropout,
+                                 freeze_embeddings=plan.freeze_embeddings)
     model = models.load_trainable(candidate, task, plan.label_names, setup, plan.trust_remote_code, _device(plan.use_gpu))
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id

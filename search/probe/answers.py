@@ -34,6 +34,7 @@ def fingerprint(request: ProbeRequest, device: Device, budget: int, threads: int
                        "files": model_files(request.candidate.get("path")), "task": request.task,
                        "labels": request.num_labels, "precision": request.precision, "method": request.method, "seq_len": request.seq_len,
                        "lora_r": request.lora_r, "checkpointing": request.gradient_checkpointing, "cap": request.batch,
+                       "frozen_embeddings": request.freeze_embeddings,
                        "device": [device.kind, device.name, device.total_memory], "threads": threads,
                        "budget": budget, "margin": SAFETY_MARGIN, "seeds": SEED_BATCHES,
                        "torch": version("torch"), "transformers": version("transformers")}, sort_keys=True)

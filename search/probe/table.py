@@ -157,7 +157,8 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
                                                         floor=floor)
             base = ProbeRequest(candidate=config.candidate(model).model_dump(), task=config.data.task.value,
                                 num_labels=num_labels, precision=precision, method=method, seq_len=seq_len,
-                                batch=cap, trust_remote_code=config.trust_remote_code)
+                                batch=cap, trust_remote_code=config.trust_remote_code,
+                                freeze_embeddings=config.space.freeze_embeddings)
             result = checkpointing_plan(functools.partial(prober.measure, base),
                                         config.resources.gradient_checkpointing, cap)
             results[result.key] = result

@@ -9,7 +9,7 @@ import torch
 
 from finesweep.spaces import ModelCandidate, SweepConfig, Task
 from finesweep.trainer import data
-from finesweep.trainer.models import TrainingSetup, load_trainable
+from finesweep.trainer.models import TrainingSetup, freeze_input_embeddings, load_trainable
 from finesweep.trainer.trial import BatchPlan, TrialPlan, train
 
 LABELS = ["negative", "neutral", "positive"]
@@ -64,6 +64,32 @@ def test_gradient_checkpointing_recomputes_and_gives_the_same_gradients(tiny_cla
     assert expected.keys() == got.keys() and expected
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_frozen_embeddings_keep_the_word_embeddings_and_train_every_other_weight(tiny_classifier):
+    model = _load(tiny_classifier, freeze_embeddings=True)
+    words = model.get_input_embeddings().weight
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model(**_batch()).loss.backward()
+    optimizer.step()
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])}
+    frozen = {name for name, p in model.named_parameters() if p is words}
+    assert not words.requires_grad and words.grad is None and not frozen & changed
+    assert changed == set(before) - frozen, "every other weight trains: positions, layers, the head"
+    assert all(p.requires_grad for p in _load(tiny_classifier).parameters()), "false (the baseline's) trains them all"
+
+
+def test_frozen_embeddings_leave_a_causal_lm_a_tied_head_and_lora_as_they_were(tiny_llama, tiny_classifier):
+    causal = load_trainable(ModelCandidate(name="t", path=str(tiny_llama)), Task.causal_lm, None,
+                            TrainingSetup(freeze_embeddings=True))
+    assert causal.get_input_embeddings().weight.requires_grad, "a causal LM's new tokens must learn"
+    assert causal.get_output_embeddings().weight is causal.get_input_embeddings().weight
+    assert not freeze_input_embeddings(causal), "the output layer shares them: they keep training"
+    assert causal.get_input_embeddings().weight.requires_grad
+    trainable = {name for name, p in _load(tiny_classifier, method="lora", freeze_embeddings=True).named_parameters()
+                 if p.requires_grad}
+    assert trainable == {name for name, p in _load(tiny_classifier, method="lora").named_parameters() if p.requires_grad}
 
 
 class _Sink:

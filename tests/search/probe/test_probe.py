@@ -30,10 +30,12 @@ class ScriptedWorker:
     def __init__(self, peak, budget: int = 0, cuda: bool = False, seconds=lambda b: 0.01 * b + 0.05):
         self.peak, self.budget, self.cuda, self.seconds = peak, budget, cuda, seconds
         self.batches: list[int] = []
+        self.requests: list[ProbeRequest] = []
         self.replaced = 0
 
     def attempt(self, request: ProbeRequest, timeout: float | None = None) -> ProbeAttempt:
         self.batches.append(request.batch)
+        self.requests.append(request)
         if timeout is not None and 2 * self.seconds(request.batch) > timeout:  # the real worker kills it there
             return ProbeAttempt(request.batch, 0, 0.0, timed_out=True)
         peak = self.peak(request.batch) // (3 if request.mode == "eval" else 1)
@@ -238,8 +240,9 @@ def test_probe_all_caches_by_what_the_answer_depends_on(tmp_path, monkeypatch):
     device = Device("cpu", "test-cpu", 8 * 2**30)
     cache = tmp_path / "probe.json"
 
-    def run(policy: str, dev: Device = device) -> ProbeResult:
-        config = SweepConfig.model_validate(yaml.safe_load(CONFIG % policy))
+    def run(policy: str, dev: Device = device, **space) -> ProbeResult:
+        config = yaml.safe_load(CONFIG % policy)
+        config = SweepConfig.model_validate({**config, "space": {**config["space"], **space}})
         return probe_all(config, dev, ["fp32"], 32, 2, cache)["m|fp32|full"]
 
     fastest = run("fastest")
@@ -249,7 +252,9 @@ def test_probe_all_caches_by_what_the_answer_depends_on(tmp_path, monkeypatch):
     run("fastest", Device("cpu", "test-cpu", 16 * 2**30))  # same name, other memory: probed again
     monkeypatch.setattr(answers, "version", lambda name: "9.9")
     run("fastest")  # other torch/transformers versions: probed again
-    assert [len(w.batches) > 0 for w in workers] == [True, False, True, True]
+    run("fastest", freeze_embeddings=False)  # the word embeddings train: more memory, slower steps, probed again
+    assert [len(w.batches) > 0 for w in workers] == [True, False, True, True, True]
+    assert [w.requests[0].freeze_embeddings for w in workers[3:]] == [True, False], "probed as the trials train"
 
 
 def _scripted_probe_processes(monkeypatch) -> list[ScriptedWorker]:
