@@ -201,6 +201,11 @@ class SpaceConfig(Section):
         names = [getattr(m, "value", m) for m in methods] if isinstance(methods, list) else []
         return {**data, "learning_rate": default_learning_rate(names)}
 
+    def freezes_embeddings(self, task: Task | str, method: Method | str) -> bool:
+        """Whether `freeze_embeddings` applies: a classifier's full fine-tuning (a causal LM's new chat tokens must
+        learn; LoRA's base is frozen anyway). The baseline's recipe never freezes them (search/tuning/context.py)."""
+        return self.freeze_embeddings and Task(task) == Task.classification and Method(method) == Method.full
+
     def point_problem(self, point: dict[str, Any], models: list[str]) -> str | None:
         """Why `point` is not a point of this space (None when it is)."""
         choices: dict[str, list[Any]] = {

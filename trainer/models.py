@@ -189,7 +189,7 @@ class TrainingSetup:
     lora_dropout: float = 0.05
     gradient_checkpointing: bool = False
     dropout: float | None = None  # every dropout rate of the model's config (space.dropout); None: the checkpoint's
-    freeze_embeddings: bool = False  # a classifier's full fine-tuning leaves its word embeddings (space.freeze_embeddings)
+    freeze_embeddings: bool = False  # the word embeddings do not train (where SpaceConfig.freezes_embeddings says)
 
 
 # A model configuration's dropout rates, whatever the architecture names them: BERT's hidden_dropout_prob,
@@ -234,7 +234,7 @@ def load_trainable(candidate: ModelCandidate, task: Task, label_names: list[str]
         model = load_model(candidate, task, label_names, trust_remote_code, **dropout).to(device)
         if setup.gradient_checkpointing:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=CHECKPOINTING_KWARGS)
-        if setup.freeze_embeddings and method == Method.full and task == Task.classification:
+        if setup.freeze_embeddings:
             freeze_input_embeddings(model)
     if method.has_adapter:
         model = apply_lora(model, task, setup.lora_r, setup.lora_alpha, setup.lora_dropout)

@@ -158,7 +158,7 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
             base = ProbeRequest(candidate=config.candidate(model).model_dump(), task=config.data.task.value,
                                 num_labels=num_labels, precision=precision, method=method, seq_len=seq_len,
                                 batch=cap, trust_remote_code=config.trust_remote_code,
-                                freeze_embeddings=config.space.freeze_embeddings)
+                                freeze_embeddings=config.space.freezes_embeddings(config.data.task, method))
             result = checkpointing_plan(functools.partial(prober.measure, base),
                                         config.resources.gradient_checkpointing, cap)
             results[result.key] = result

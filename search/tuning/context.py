@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from finesweep.search.probe.table import combination_key
-from finesweep.spaces import Method, SweepConfig, Task
+from finesweep.spaces import SweepConfig
 from finesweep.spaces.space import BASELINE_KEY
 from finesweep.trainer.trial import TrialPlan, plan_batches
 
@@ -120,10 +120,9 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
 
 
 def freezes_embeddings(config: SweepConfig, params: dict[str, Any]) -> bool:
-    """space.freeze_embeddings where it applies (a classifier's full fine-tuning), never in the baseline's recipe: a
-    continuation resumes its source's optimizer state, so it is decided by the source's params alone."""
-    return bool(config.space.freeze_embeddings and config.data.task == Task.classification
-                and params["method"] == Method.full.value and not params.get(BASELINE_KEY))
+    """space.freeze_embeddings where it applies, never in the baseline's recipe: a continuation resumes its source's
+    optimizer state, so it is decided by the source's params alone."""
+    return config.space.freezes_embeddings(config.data.task, params["method"]) and not params.get(BASELINE_KEY)
 
 
 def baseline_length(max_steps: int, eval_every: int, train_rows: int, effective_batch: int) -> tuple[int, int]:

@@ -269,3 +269,13 @@ def test_dropout_is_auto_until_planned_the_checkpoints_own_by_its_word_fixed_or_
     assert SpaceConfig(dropout="0.05").dropout == 0.05, "a number written as text is still a number"
     with pytest.raises(ValueError, match=r"dropout must lie in \[0, 1\), but got 0..1"):
         SpaceConfig(dropout={"low": 0.0, "high": 1.0})
+
+
+def test_frozen_embeddings_apply_to_a_classifiers_full_fine_tuning_only():
+    space = SpaceConfig()
+    assert space.freeze_embeddings, "on by default"
+    assert space.freezes_embeddings("classification", "full")
+    assert not space.freezes_embeddings("causal_lm", "full"), "a causal LM's new chat tokens must learn"
+    assert not space.freezes_embeddings("classification", "lora") and not space.freezes_embeddings("classification",
+                                                                                                    "qlora")
+    assert not SpaceConfig(freeze_embeddings=False).freezes_embeddings("classification", "full")

@@ -80,12 +80,12 @@ def test_frozen_embeddings_keep_the_word_embeddings_and_train_every_other_weight
     assert all(p.requires_grad for p in _load(tiny_classifier).parameters()), "false (the baseline's) trains them all"
 
 
-def test_frozen_embeddings_leave_a_causal_lm_a_tied_head_and_lora_as_they_were(tiny_llama, tiny_classifier):
+def test_frozen_embeddings_leave_a_tied_output_head_and_lora_as_they_were(tiny_llama, tiny_classifier):
     causal = load_trainable(ModelCandidate(name="t", path=str(tiny_llama)), Task.causal_lm, None,
                             TrainingSetup(freeze_embeddings=True))
-    assert causal.get_input_embeddings().weight.requires_grad, "a causal LM's new tokens must learn"
+    assert causal.get_input_embeddings().weight.requires_grad, "its output layer shares them: they keep training"
     assert causal.get_output_embeddings().weight is causal.get_input_embeddings().weight
-    assert not freeze_input_embeddings(causal), "the output layer shares them: they keep training"
+    assert not freeze_input_embeddings(causal), "and says it left them"
     assert causal.get_input_embeddings().weight.requires_grad
     trainable = {name for name, p in _load(tiny_classifier, method="lora", freeze_embeddings=True).named_parameters()
                  if p.requires_grad}
