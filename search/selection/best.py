@@ -40,6 +40,7 @@ class Best:
     params: dict[str, Any]
     checkpoint_dir: Path
     mlflow_run_id: str | None
+    baseline: bool = False  # an evaluation of the baseline trial (its config carries BASELINE_KEY)
 
     @property
     def model(self) -> str:
@@ -50,12 +51,12 @@ class Best:
         """The inverse of as_dict (as summary.json holds it)."""
         return cls(trial_id=saved["trial_id"], step=int(saved["step"]), metric=saved["metric"], value=float(saved["value"]),
                    params=dict(saved["params"]), checkpoint_dir=Path(saved["checkpoint_dir"]),
-                   mlflow_run_id=saved.get("mlflow_run_id"))
+                   mlflow_run_id=saved.get("mlflow_run_id"), baseline=bool(saved.get("baseline")))
 
     def as_dict(self) -> dict[str, Any]:
         return {"trial_id": self.trial_id, "step": self.step, "metric": self.metric, "value": self.value,
                 "params": self.params, "model": self.model, "checkpoint_dir": str(self.checkpoint_dir),
-                "mlflow_run_id": self.mlflow_run_id}
+                "mlflow_run_id": self.mlflow_run_id, "baseline": self.baseline}
 
 
 def checkpoint_score(value: float, step: int, mode: str) -> float:
@@ -87,7 +88,8 @@ def pick_best(results, metric: str, mode: str) -> Best | None:
     _, step, result, checkpoint, metrics = min(candidates, key=lambda c: (c[0], c[1]))
     params = {k: v for k, v in result.config.items() if k in SAMPLED_KEYS}
     return Best(trial_id=metrics.get("trial_id", ""), step=int(step), metric=metric, value=float(metrics[metric]),
-                params=params, checkpoint_dir=Path(checkpoint.path), mlflow_run_id=metrics.get("mlflow_run_id"))
+                params=params, checkpoint_dir=Path(checkpoint.path), mlflow_run_id=metrics.get("mlflow_run_id"),
+                baseline=bool(result.config.get(BASELINE_KEY)))
 
 
 def baseline_of(results, metric: str, mode: str) -> Best | None:

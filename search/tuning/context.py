@@ -15,6 +15,9 @@ from finesweep.spaces import SweepConfig
 from finesweep.spaces.space import BASELINE_KEY
 from finesweep.trainer.trial import TrialPlan, plan_batches
 
+# In a continuation's config (search/tuning/exploit.py): its source is the baseline trial, whose word embeddings train.
+CONTINUES_BASELINE_KEY = "continues_baseline"
+
 
 @dataclass(frozen=True)
 class Exploitation:
@@ -120,9 +123,11 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
 
 
 def freezes_embeddings(config: SweepConfig, params: dict[str, Any]) -> bool:
-    """space.freeze_embeddings where it applies, never in the baseline's recipe: a continuation resumes its source's
-    optimizer state, so it is decided by the source's params alone."""
-    return config.space.freezes_embeddings(config.data.task, params["method"]) and not params.get(BASELINE_KEY)
+    """space.freeze_embeddings where it applies, never in the baseline's recipe nor in a continuation of it: a
+    continuation resumes its source's optimizer state, whose groups hold the weights its source trained (one that
+    froze them where its source had not failed to load that state, every retry, 2026-11-27)."""
+    baseline = params.get(BASELINE_KEY) or params.get(CONTINUES_BASELINE_KEY)
+    return config.space.freezes_embeddings(config.data.task, params["method"]) and not baseline
 
 
 def baseline_length(max_steps: int, eval_every: int, train_rows: int, effective_batch: int) -> tuple[int, int]:

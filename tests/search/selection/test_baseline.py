@@ -111,18 +111,24 @@ def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_
     # The baseline's own trial trained further with the rest of the budget (search.exploit) is still the baseline
     # recipe: the budget bought the gain, not the search.
     continued = compare(Task.classification, {"accuracy": 0.766}, {"accuracy": 0.7405},
-                        {**best, "trial_id": "c", "exploitation": {"source_trial": "a"}}, base)
+                        {**best, "trial_id": "c", "exploitation": {"source_trial": "a", "continued": True}}, base)
     assert continued["baseline_won"] and continued["gain"] == 2.55
     assert ("the export is the baseline recipe trained further with the rest of the budget (test accuracy 0.766 "
             "against 0.7405 at its checkpoint from the search, +2.55 points)") in continued["sentence"]
     assert "dropout" not in continued["sentence"], "neither trained with a dropout of the sweep's"
     undropped = compare(Task.classification, {"accuracy": 0.77}, {"accuracy": 0.7405}, {
-        **best, "trial_id": "c", "exploitation": {"source_trial": "a"}, "params": {"dropout": 0.0}}, base)
+        **best, "trial_id": "c", "exploitation": {"source_trial": "a", "continued": True}, "params": {"dropout": 0.0}},
+        base)
     assert undropped["sentence"].endswith("; trained further with the space's dropout 0 (the baseline trial kept the "
                                           "checkpoint's, as a user's run does)")
     other = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.7405},
-                    {**best, "trial_id": "c", "exploitation": {"source_trial": "b"}}, base)
+                    {**best, "trial_id": "c", "exploitation": {"source_trial": "b", "continued": True}}, base)
     assert not other["baseline_won"] and "better than the baseline" in other["sentence"]
+    # The baseline trained further (its model led at equal samples) improved on nothing: the export is the search's
+    # winner, another trial, and the baseline did not win (the plain file on tweets said it had, 2026-11-27).
+    kept = compare(Task.classification, {"accuracy": 0.695}, {"accuracy": 0.674},
+                   {**best, "exploitation": {"source_trial": "a", "continued": False}}, base)
+    assert not kept["baseline_won"] and "better than the baseline recipe" in kept["sentence"]
     assert "samples" not in other["sentence"], "no batch known: no claim about the training"
     longer = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.686},
                      {**best, "trial_id": "c", "step": 1476, "params": {"effective_batch_size": 8}},
