@@ -124,8 +124,8 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
 
 def freezes_embeddings(config: SweepConfig, params: dict[str, Any]) -> bool:
     """space.freeze_embeddings where it applies, never in the baseline's recipe nor in a continuation of it: a
-    continuation resumes its source's optimizer state, whose groups hold the weights its source trained (one that
-    froze them where its source had not failed to load that state, every retry, 2026-11-27)."""
+    continuation resumes its source's optimizer state, whose groups hold the weights its source trained (a
+    continuation that froze the baseline's word embeddings failed to load that state at every retry)."""
     baseline = params.get(BASELINE_KEY) or params.get(CONTINUES_BASELINE_KEY)
     return config.space.freezes_embeddings(config.data.task, params["method"]) and not baseline
 
