@@ -5,8 +5,9 @@ token states), dropout (the checkpoint's 0.1 in train mode, or none: the model l
 learning rate as a multiple of the body's, the learning rate, layer-wise rate decay, label smoothing, a linear probe
 of the head before fine-tuning, frozen word embeddings. `--average` also scores, from the same run, the weights
 averaged over the last half and the last quarter of the steps (torch's SWA AveragedModel, a snapshot every 25 steps)
-and an exponential moving average of them: a paired comparison, free of the seed's luck. Run two at once on a 2-core
-machine (one thread each) on run.py's split files:
+and an exponential moving average of them: a paired comparison, free of the seed's luck. `--save` keeps the weights
+and logits for soup.py; `--stop-at`, `--init` and `--start-step` train a trunk and branches from it. Run two at once
+on a 2-core machine (one thread each) on run.py's split files:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/versus-defaults/per_step.py runs/versus-defaults/tweets-b/data \
         --pooling mean --dropout off --seed 0
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from transformers import AutoModel, AutoTokenizer
 
@@ -30,6 +32,7 @@ from finesweep.trainer.mean_pooling import masked_mean
 from run import package_folder
 
 BATCH, LEARNING_RATE, MAX_SEQ_LEN, EVAL_BATCH = 8, 5e-5, 64, 64
+SPLITS, LOGITS = ("test", "validation"), "logits."  # a --save file's logits: logits.test, logits.validation
 AVERAGE_EVERY, AVERAGE_FROM, EMA_DECAY = 25, {"swa_half": 0.5, "swa_quarter": 0.75}, 0.9
 
 
@@ -55,6 +58,14 @@ def main() -> None:
                         help="Train no word embedding (their 11.7M of the model's 22.7M weights): no gradient, no "
                              "optimizer state for them.")
     parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads (1: two runs at once)")
+    parser.add_argument("--save", type=Path, default=None, metavar="FILE",
+                        help="Save the trained weights and the test and validation logits (safetensors), for soup.py: "
+                             "ensembles and weight averages (soups) of several runs.")
+    parser.add_argument("--init", type=Path, default=None, metavar="FILE",
+                        help="Start from the weights of a --save file (a trunk that branches train on).")
+    parser.add_argument("--start-step", type=int, default=0,
+                        help="The step of the schedule to begin at (with --init: where the trunk stopped).")
+    parser.add_argument("--stop-at", type=int, default=None, help="The step of the schedule to end at (a trunk).")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -74,6 +85,8 @@ def main() -> None:
         pooled = states[:, 0] if args.pooling == "cls" else masked_mean(states, encoded["attention_mask"])
         return model["head"](pooled)
 
+    if args.init:
+        torch.nn.ModuleDict({"body": body, "head": head}).load_state_dict(weights(args.init))
     body.embeddings.word_embeddings.weight.requires_grad_(not args.freeze_embeddings)
     probe = fit_head(head, logits, body, train_texts, [label_ids[label] for label in train_labels],
                      args.probe_head) if args.probe_head is not None else {}
@@ -81,14 +94,15 @@ def main() -> None:
                                    {"params": head.parameters(), "lr": args.learning_rate * args.head_lr_multiple}],
                                   weight_decay=0.0, fused=True)
     steps = int(args.epochs * len(train_texts) / BATCH)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / steps))
+    start, end = args.start_step, args.stop_at or steps
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - (step + start) / steps))
     both = torch.nn.ModuleDict({"body": body, "head": head})
     averages = {name: AveragedModel(both) for name in AVERAGE_FROM} if args.average else {}
     if args.average:  # decay per snapshot: a snapshot 25 steps old weighs 0.9, one 250 steps old 0.35
         averages["ema"] = AveragedModel(both, multi_avg_fn=get_ema_multi_avg_fn(EMA_DECAY))
     body.train(args.dropout == "on")  # eval mode: every dropout layer passes its input through
-    started, step, order = time.perf_counter(), 0, list(range(len(train_texts)))
-    while step < steps:
+    started, step, order = time.perf_counter(), start, list(range(len(train_texts)))
+    while step < end:
         random.shuffle(order)
         for first in range(0, len(order) - BATCH + 1, BATCH):
             rows = order[first:first + BATCH]
@@ -104,7 +118,7 @@ def main() -> None:
                 for name, average in averages.items():
                     if step > AVERAGE_FROM.get(name, 0.0) * steps:
                         average.update_parameters(both)
-            if step >= steps:
+            if step >= end:
                 break
     seconds = time.perf_counter() - started
     body.eval()
@@ -116,8 +130,26 @@ def main() -> None:
         scores |= {f"{name}_{split}_accuracy": accuracy(lambda texts: logits(texts, average.module),
                                                         *read_split(args.data_dir / f"{split}.csv"), label_ids)
                    for split in splits}
-    print(json.dumps({**vars(args), "data_dir": str(args.data_dir), "steps": steps, **probe, **scores,
-                      "train_seconds": round(seconds, 1)}))
+    if args.save:
+        save_run(args.save, both, logits, args.data_dir)
+    settings = {name: str(value) if isinstance(value, Path) else value for name, value in vars(args).items()}
+    print(json.dumps({**settings, "steps": steps, **probe, **scores, "train_seconds": round(seconds, 1)}))
+
+
+def save_run(path: Path, model: torch.nn.ModuleDict, logits, data_dir: Path) -> None:
+    """The weights (named body.* and head.*) and each split's logits (logits.test, logits.validation)."""
+    tensors = {name: value.detach().clone().contiguous() for name, value in model.state_dict().items()}
+    with torch.no_grad():
+        for split in SPLITS:
+            texts, _ = read_split(data_dir / f"{split}.csv")
+            tensors[f"{LOGITS}{split}"] = torch.cat([logits(texts[first:first + EVAL_BATCH])
+                                                     for first in range(0, len(texts), EVAL_BATCH)])
+    save_file(tensors, str(path))
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    """A --save file's weights, without its logits."""
+    return {name: value for name, value in load_file(str(path)).items() if not name.startswith(LOGITS)}
 
 
 def fit_head(head: torch.nn.Linear, logits, body: torch.nn.Module, texts: list[str], targets: list[int],

@@ -4,7 +4,8 @@ One run of run.py is one draw per arm, and a run's spread is about a point (the 
 seed and machine kind, scored 0.7725 to 0.7885 in the runs here): a bar met or missed by a single draw says little.
 This script pairs each sweep arm with the defaults arm of the same run (same split files, same machine, minutes
 apart) and prints, per bar, the differences, their mean, the standard error of that mean and the runs counted.
-Reads the results-*.json files named (by default every one whose finesweep commit is at or after --since).
+Reads the results-*.json files named (by default every one whose finesweep commit is at or after --since). An arm a
+file lists under "superseded" (a bug's draw, fixed and drawn again in another file) is left out.
 
     python3 benchmarks/versus-defaults/pool.py                        # the files of the current product (--since)
     python3 benchmarks/versus-defaults/pool.py results-tweets-b-*.json  # one slice
@@ -37,6 +38,8 @@ def differences(results: list[dict], arm: str, reference: str) -> list[tuple[str
     found = []
     for run in results:
         arms = run["arms"]
+        if arm in run.get("superseded", {}):
+            continue
         ours, theirs = (arms.get(arm) or {}).get("test_accuracy"), (arms.get(reference) or {}).get("test_accuracy")
         if ours is not None and theirs is not None:
             found.append((run["file"], round(100 * (ours - theirs), 2)))
