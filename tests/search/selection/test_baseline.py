@@ -124,12 +124,12 @@ def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_
     other = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.7405},
                     {**best, "trial_id": "c", "exploitation": {"source_trial": "b", "continued": True}}, base)
     assert not other["baseline_won"] and "better than the baseline" in other["sentence"]
+    assert "samples" not in other["sentence"], "no batch known: no claim about the training"
     # The baseline trained further (its model led at equal samples) improved on nothing: the export is the search's
     # winner, another trial, and the baseline did not win (the plain file on tweets said it had, 2026-11-27).
     kept = compare(Task.classification, {"accuracy": 0.695}, {"accuracy": 0.674},
                    {**best, "exploitation": {"source_trial": "a", "continued": False}}, base)
     assert not kept["baseline_won"] and "better than the baseline recipe" in kept["sentence"]
-    assert "samples" not in other["sentence"], "no batch known: no claim about the training"
     longer = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.686},
                      {**best, "trial_id": "c", "step": 1476, "params": {"effective_batch_size": 8}},
                      {**base, "step": 172, "params": {"effective_batch_size": 8}})
