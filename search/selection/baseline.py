@@ -51,7 +51,7 @@ def _samples(pick: dict[str, Any]) -> int:
 
 def origin(best: dict[str, Any]) -> str:
     """The search trial the export descends from: the winner's, or, where the export is a checkpoint of the rest of the
-    budget's training (best["exploitation"], search.exploit, when it `continued`), the trial that went on from. A
+    budget's training (best["exploitation"], search.exploit, when it `continued`), the trial it went on from. A
     continuation that improved on nothing leaves the search's winner as the export, which may be another trial than
     its source (the model compared at equal samples, search/selection/equal_samples.py)."""
     exploitation = best.get("exploitation") or {}
