@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import sys
-import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,19 +25,6 @@ EXPORT_INCOMPLETE_EXIT = 3
 SweepArg = typer.Argument(..., help="A sweep file (YAML), or the folder of a sweep that has run.")
 TIME_LIMIT_HELP = ("The whole command's wall time, e.g. 600s, 10m, 1.5h (search.time_limit): the search gets what the "
                    "data, the probe and the export leave. Replaces the file's search.time_budget_minutes.")
-
-
-def process_started() -> float:
-    """When this process started, on time.time()'s clock: a user's stopwatch starts there, so Python's start and the
-    imports before a command's first line count against --time-limit too (0.4 to 0.6 s on 2 cores, AVX2; the exit,
-    after the clock's last reading, is measure.EXIT_SECONDS). Linux's /proc/self/stat; elsewhere the first line."""
-    try:
-        after_name = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        ticks_after_boot = int(after_name[19])  # field 22, starttime; the split begins at field 3
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return time.time()
-    return time.time() - max(uptime - ticks_after_boot / os.sysconf("SC_CLK_TCK"), 0.0)
 
 
 @contextmanager
@@ -118,7 +104,9 @@ def run(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs."),
 ) -> None:
     """Prepare data, probe memory, run the trials, pick the best checkpoint, quantize and export it."""
-    started = process_started()
+    from finesweep.search.measure import process_started
+
+    started = process_started()  # reads when the process began: the import above does not move it
     _quiet_libraries(verbose)
     stop_cleanly_on_sigterm(sweep_file)
     with user_errors():
@@ -197,6 +185,8 @@ def plan(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Prepare the data, probe memory and speed, and print how the search will spend its budget (trial length, trials,
     predicted end) without training: `run` prints the same plan, then follows it."""
+    from finesweep.search.measure import process_started
+
     started = process_started()
     _quiet_libraries(verbose)
     with user_errors():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from finesweep.search.inputs import (PreparedSweep, SweepFolder, dequantize_gguf, prepare_data, read_data,
@@ -71,6 +72,19 @@ class PhaseClock:
     @property
     def total(self) -> float:
         return round(time.perf_counter() - self.started, 1)
+
+
+def process_started() -> float:
+    """When this process started, on time.time()'s clock: a user's stopwatch starts there, so Python's start and the
+    imports before a command's first line count against --time-limit too (0.4 to 0.6 s on 2 cores, AVX2; the exit,
+    after the clock's last reading, is EXIT_SECONDS). Linux's /proc/self/stat; elsewhere the time of the call."""
+    try:
+        after_name = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks_after_boot = int(after_name[19])  # field 22, starttime; the split begins at field 3
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return time.time()
+    return time.time() - max(uptime - ticks_after_boot / os.sysconf("SC_CLK_TCK"), 0.0)
 
 
 @dataclass

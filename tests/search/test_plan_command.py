@@ -28,7 +28,7 @@ def test_plan_prints_the_trials_a_budget_pays_for_and_trains_nothing(tmp_path):
 def test_a_time_limit_counts_from_the_process_start_not_from_the_commands_first_line():
     """A user's stopwatch starts with the process: what Python spends before a command's first line (its start, the
     imports) is part of --time-limit's time."""
-    code = ("import time; time.sleep(1.5); from finesweep.search.cli import process_started; "
+    code = ("import time; time.sleep(1.5); from finesweep.search.measure import process_started; "
             "print(time.time() - process_started())")
     age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert 1.5 <= age < 60
