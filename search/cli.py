@@ -104,17 +104,16 @@ def run(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs."),
 ) -> None:
     """Prepare data, probe memory, run the trials, pick the best checkpoint, quantize and export it."""
-    from finesweep.search.measure import process_started
-
-    started = process_started()  # reads when the process began: the import above does not move it
     _quiet_libraries(verbose)
     stop_cleanly_on_sigterm(sweep_file)
     with user_errors():
         _ray_environment(address)
         config = _with_time_limit(_load(sweep_file), time_limit)
+        from finesweep.search.measure import process_started
         from finesweep.search.sweep import run as run_sweep
 
-        summary = run_sweep(config, address=address, tracking_uri=tracking_uri, started=started)
+        # The process's start, read from the system: when it is read does not move it.
+        summary = run_sweep(config, address=address, tracking_uri=tracking_uri, started=process_started())
     _exit_for(summary)
 
 
@@ -185,16 +184,13 @@ def plan(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Prepare the data, probe memory and speed, and print how the search will spend its budget (trial length, trials,
     predicted end) without training: `run` prints the same plan, then follows it."""
-    from finesweep.search.measure import process_started
-
-    started = process_started()
     _quiet_libraries(verbose)
     with user_errors():
         config = _with_time_limit(_load(sweep_file), time_limit)
         from finesweep.search import inputs, measure
         from finesweep.search.outputs.console import Console
 
-        measured = measure.measure_inputs(config, inputs.sweep_folder(config), Console(), started)
+        measured = measure.measure_inputs(config, inputs.sweep_folder(config), Console(), measure.process_started())
         if measure.plan_trials(measured, address)[1] is None:
             typer.secho("no plan: the probe measured no combination that trains", fg=typer.colors.RED, err=True)
             raise typer.Exit(1)
