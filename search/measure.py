@@ -103,7 +103,7 @@ class Measured:
 
 def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, started: float | None = None) -> Measured:
     """The checks that need no data, the data prepared and the probe run (both cached by content), the space
-    steered by the probe's speeds. `started`: when the command started (time.time()); the clock's total counts
+    steered by the probe's speeds. `started`: when the process started (time.time()'s clock); the clock's total counts
     from it (search.time_limit bounds the whole command)."""
     clock = PhaseClock(started=time.perf_counter() - (time.time() - started)) if started else PhaseClock()
     check_backends(config)

@@ -81,7 +81,7 @@ def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, co
 def run(config: SweepConfig, *, address: str | None = None, tracking_uri: str | None = None,
         console: Console | None = None, started: float | None = None) -> dict[str, Any]:
     """Run the whole sweep; returns the summary that is also written to <sweep>/summary.json. `started`: when the
-    command started (time.time()), from which search.time_limit counts."""
+    process started (time.time()'s clock: measure.process_started), from which search.time_limit counts."""
     session = _open(config, sweep_folder(config), tracking_uri, console or Console(), started)
     session.config, session.plan = plan_trials(session, address)
     session.experiment_id, session.parent = start_parent_run(session.config, session.folder, session.tracker,
