@@ -217,8 +217,8 @@ def within_limit(config: SweepConfig, plan_for, limit: float, elapsed: float) ->
         raise SweepFileError(
             f"search.time_limit {config.search.time_limit}: the data and the probe took {elapsed:.0f} s and the export "
             f"is predicted to take {export:.0f} s (with {spare:.0f} s for Ray, the records, the process's exit and the "
-            f"estimate's error), which leaves {max(search, 0):.0f} s for the search, but one trial needs {needed:.0f} s "
-            f"to start and reach its first evaluation ({every} steps of the fastest combination). Raise "
+            f"estimate's error), which leaves {max(search, 0):.0f} s for the search, but one trial needs "
+            f"{needed:.0f} s to start and reach its first evaluation ({every} steps of the fastest combination). Raise "
             f"the limit to at least {elapsed + export + spare + needed:.0f}s, or make a step "
             "cheaper (a shorter data.max_seq_len, a smaller search.eval_every_steps, fewer export.quantization "
             "variants); the data and the probe are cached, so a second run starts faster.")
