@@ -29,7 +29,7 @@ from finesweep.search.tracking.tags import (BASELINE_TRIAL_TAG, BEST_RUN_TAG, BE
                                             DEPLOY_CPU_TAG, DEPLOY_TAG, DEVICE_TAG, EXPORT_COMPLETE_TAG, GIT_COMMIT_TAG,
                                             GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
 from finesweep.search.tuning import exploit
-from finesweep.search.tuning.context import TrialContext
+from finesweep.search.tuning.context import TrialContext, allotted_time
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic
 from finesweep.spaces.grid import fit_to_grid
@@ -173,8 +173,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
         eval_batches={k: v.eval_batch_size for k, v in session.probes.items()}, tracking_uri=tracker.uri,
         experiment_id=session.experiment_id, parent_run_id=session.parent, spool_dir=str(tracker.spool.folder),
         checkpointing={k: v.gradient_checkpointing for k, v in session.probes.items()},
-        samples_per_evaluation=(session.plan or {}).get("samples_per_evaluation") or None,
-        train_rows=session.data.prepared.report.splits.get("train", 0),
+        **allotted_time(session.plan), train_rows=session.data.prepared.report.splits.get("train", 0),
     )
     start_ray(address)
     session.console.search_start(config.search.algorithm, config.search.scheduler)

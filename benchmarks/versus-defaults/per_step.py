@@ -3,9 +3,10 @@ as the Trainer's default optimizer is, lr 5e-5, batch 8, linear decay to zero, n
 thread, a fixed number of steps, then accuracy on the test split. What it varies: the head ([CLS] or the mean of the
 token states), dropout (the checkpoint's 0.1 in train mode, or none: the model left in eval mode), the head's
 learning rate as a multiple of the body's, the learning rate, layer-wise rate decay, label smoothing, a linear probe
-of the head before fine-tuning, frozen word embeddings. `--average` also scores, from the same run, the weights
-averaged over the last half and the last quarter of the steps (torch's SWA AveragedModel, a snapshot every 25 steps)
-and an exponential moving average of them: a paired comparison, free of the seed's luck. `--save` keeps the weights
+of the head before fine-tuning, frozen word embeddings, the validation rows trained on too (a refit on every labelled
+row). `--average` also scores, from the same run, the weights averaged over the last half and the last quarter of the
+steps (torch's SWA AveragedModel, a snapshot every 25 steps) and an exponential moving average of them: a paired
+comparison, free of the seed's luck. `--save` keeps the weights
 and logits for soup.py; `--stop-at`, `--init` and `--start-step` train a trunk and branches from it. Run two at once
 on a 2-core machine (one thread each) on run.py's split files:
 
@@ -57,6 +58,9 @@ def main() -> None:
     parser.add_argument("--freeze-embeddings", action="store_true",
                         help="Train no word embedding (their 11.7M of the model's 22.7M weights): no gradient, no "
                              "optimizer state for them.")
+    parser.add_argument("--train-on-validation", action="store_true",
+                        help="Train on the training and validation rows (a refit on all the labelled data, as "
+                             "AutoGluon's refit_full); the steps stay those --epochs gives over the training rows.")
     parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads (1: two runs at once)")
     parser.add_argument("--save", type=Path, default=None, metavar="FILE",
                         help="Save the trained weights and the test and validation logits (safetensors), for soup.py: "
@@ -74,6 +78,10 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     train_texts, train_labels = read_split(args.data_dir / "train.csv")
     label_ids = {name: i for i, name in enumerate(sorted(set(train_labels)))}
+    steps = int(args.epochs * len(train_texts) / BATCH)
+    if args.train_on_validation:  # more distinct rows in the same steps; the validation score is then not held out
+        validation_texts, validation_labels = read_split(args.data_dir / "validation.csv")
+        train_texts, train_labels = train_texts + validation_texts, train_labels + validation_labels
     body = AutoModel.from_pretrained(checkpoint)
     head = torch.nn.Linear(body.config.hidden_size, len(label_ids))
 
@@ -93,7 +101,6 @@ def main() -> None:
     optimizer = torch.optim.AdamW([*body_groups(body, args.learning_rate, args.layer_decay),
                                    {"params": head.parameters(), "lr": args.learning_rate * args.head_lr_multiple}],
                                   weight_decay=0.0, fused=True)
-    steps = int(args.epochs * len(train_texts) / BATCH)
     start, end = args.start_step, args.stop_at or steps
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - (step + start) / steps))
     both = torch.nn.ModuleDict({"body": body, "head": head})

@@ -6,7 +6,9 @@ plan in a local Ray and on a cluster's workers, in a single process or on each d
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,10 +54,25 @@ class TrialContext:
     # (search/probe/plan.py); None (also in a context pickled before it existed): the file's steps.
     samples_per_evaluation: dict[str, int] | None = None
     train_rows: int = 0  # rows of the training split: the baseline trains one epoch at most (0: unknown, no cap)
+    # When the plan allots the trials time: an evaluation period's seconds, and per combination_key an evaluation's
+    # (the plan's estimates), by which the baseline keeps to its periods (baseline_clock). None: steps, as told.
+    period_seconds: float | None = None
+    evaluation_seconds: dict[str, float] | None = None
     exploitation: Exploitation | None = None  # set for the winner's continuation only; a fresh one at each resume
     # trial id -> a whole checkpoint of its own on disk, for a resumed trial that Tune restores with none (see
     # recovery.unregistered_checkpoints); None for a new sweep (and in a context pickled before it existed).
     resume_checkpoints: dict[str, str] | None = None
+
+
+def allotted_time(plan: dict[str, Any] | None) -> dict[str, Any]:
+    """The TrialContext fields read from the plan's record (SearchPlan.to_dict): where it allots the trials time, each
+    combination's samples per evaluation, a period's seconds and an evaluation's; none where it allots steps."""
+    plan = plan or {}
+    evaluation_seconds = {key: float(times["seconds_per_evaluation"])
+                          for key, times in (plan.get("combinations") or {}).items()}
+    return {"samples_per_evaluation": plan.get("samples_per_evaluation") or None,
+            "period_seconds": plan.get("period_seconds") or None,
+            "evaluation_seconds": evaluation_seconds or None}
 
 
 def trial_length(config: SweepConfig, context: TrialContext, key: str, effective_batch: int) -> tuple[int, int]:
@@ -90,7 +107,7 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
                                                 int(params["effective_batch_size"]))
     if max_micro < 1:
         raise MemoryError(f"{key}: the memory probe found no micro-batch that fits the budget")
-    return TrialPlan(
+    plan = TrialPlan(
         candidate=config.candidate(params["model"]).model_dump(),
         task=config.data.task.value,
         label_names=context.label_names,
@@ -120,6 +137,22 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
         group_by_length=config.data.group_by_length,
         baseline=bool(params.get(BASELINE_KEY)),
     )
+    return baseline_clock(plan, context, key) if plan.baseline and devices == 1 else plan
+
+
+def baseline_clock(plan: TrialPlan, context: TrialContext, key: str) -> TrialPlan:
+    """The baseline of a sweep whose trials are allotted time keeps to its periods' seconds by its own clock
+    (trainer/schedule.py: it times its steps, ends when they are spent, its linear decay re-drawn to end there, at its
+    planned steps at most). The probe times the trials' recipe, and the baseline's trains more: the word embeddings
+    (frozen in the trials) and the checkpoint's dropout. On 2 AVX2 cores its steps took 1.25x its neighbour's, so at the
+    exploration's end it had made one of its two evaluations and was judged on its first (step 118 against the
+    other's 236). A Tune restart of it (`resume_from`) trains its steps as planned."""
+    if not context.period_seconds or plan.resume_from or plan.eval_every_steps < 1:
+        return plan
+    evaluations = max(1, math.ceil(plan.max_steps / plan.eval_every_steps))
+    return dataclasses.replace(plan, finish_by=time.time() + evaluations * context.period_seconds,
+                               evaluation_seconds=(context.evaluation_seconds or {}).get(key, 0.0),
+                               evaluations=evaluations, last_step=plan.max_steps)
 
 
 def freezes_embeddings(config: SweepConfig, params: dict[str, Any]) -> bool:

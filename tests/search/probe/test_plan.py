@@ -281,6 +281,43 @@ def test_a_trial_takes_its_combinations_samples_per_evaluation_in_steps_of_its_o
     assert trial_length(config, context, "small|fp32|full", 16) == (400, 50)  # not allotted: the file's steps
 
 
+def test_the_baseline_keeps_to_the_seconds_its_periods_are_allotted_by_its_own_clock():
+    """The probe times the trials' recipe; the baseline's trains more (the word embeddings, the checkpoint's dropout)
+    and on 2 AVX2 cores missed its second evaluation at the trials' end. Where the plan allots time, its trial ends
+    by its periods' seconds (trainer/schedule.py), at its planned steps at most."""
+    import time
+
+    from finesweep.search.tuning.context import TrialContext, allotted_time, build_plan
+    from finesweep.spaces.space import BASELINE_KEY
+
+    probes = {"big|fp32|full": probe("big", "fp32", 12.0), "small|fp32|full": probe("small", "fp32", 48.0)}
+    config = _config(time_budget_minutes=5)
+    plan = _plan(config, probes)
+    assert plan.period_seconds, "a budget that cannot pay for every max_steps: the trials are allotted time"
+    record = plan.to_dict()
+
+    def context(fields: dict) -> TrialContext:
+        return TrialContext(sweep=planning.apply(config, plan).model_dump(mode="json"), tokenized={"big": "t"},
+                            label_names=None, micro_batches={"big|fp32|full": 8}, eval_batches={}, tracking_uri="",
+                            experiment_id="", parent_run_id="", **fields)
+
+    allotted = context(allotted_time(record))
+    sampled = {"model": "big", "precision": "fp32", "method": "full", "effective_batch_size": 16,
+               "learning_rate": 1e-4, "warmup_ratio": 0.0, "weight_decay": 0.0}
+    baseline = {**sampled, "effective_batch_size": 8, "learning_rate": 5e-5, BASELINE_KEY: True}
+    before = time.time()
+    told = build_plan(baseline, allotted, "out")
+    periods = told.evaluations * plan.period_seconds
+    assert told.evaluations == -(-told.max_steps // told.eval_every_steps) and told.last_step == told.max_steps
+    assert before + periods <= told.finish_by <= time.time() + periods
+    assert told.evaluation_seconds == record["combinations"]["big|fp32|full"]["seconds_per_evaluation"] > 0
+    assert build_plan(sampled, allotted, "out").finish_by is None, "a sampled trial trains its steps, as timed"
+    assert build_plan(baseline, allotted, "out", resume_from="/ckpt").finish_by is None, "a restart: its steps"
+    stepped = _plan(_config(), probes).to_dict()
+    assert allotted_time(stepped)["period_seconds"] is None
+    assert build_plan(baseline, context(allotted_time(stepped)), "out").finish_by is None, "steps allotted: steps"
+
+
 def test_eval_speed_not_measured_is_taken_as_a_forward_pass_faster_than_training():
     plan = _plan(_config(), {"big": probe("big", "fp32", 24.0, eval_per_second=None)})
     assert plan.combinations[0].eval_samples_per_second == pytest.approx(planning.FORWARD_SPEEDUP * 24.0)
