@@ -3,6 +3,7 @@ simulated search, the trial length a budget pays for, and the plan of a whole sw
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -285,8 +286,6 @@ def test_the_baseline_keeps_to_the_seconds_its_periods_are_allotted_by_its_own_c
     """The probe times the trials' recipe; the baseline's trains more (the word embeddings, the checkpoint's dropout)
     and on 2 AVX2 cores missed its second evaluation at the trials' end. Where the plan allots time, its trial ends
     by its periods' seconds (trainer/schedule.py), at its planned steps at most."""
-    import time
-
     from finesweep.search.tuning.context import TrialContext, allotted_time, build_plan
     from finesweep.spaces.space import BASELINE_KEY
 
