@@ -37,7 +37,7 @@ def main() -> None:
     model_dir = args.export_dir / "model"
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = load_exported(model_dir, Task.classification).eval()
-    label_ids = {name: int(i) for i, name in model.config.id2label.items()}
+    label_ids = {name: i for i, name in model.config.id2label.items()}
     scored = {split: split_logits(model, tokenizer, args.data_dir / f"{split}.csv", label_ids)
               for split in ("validation", "test")}
     offsets = best_offsets(*scored["validation"])
@@ -56,7 +56,7 @@ def split_logits(model, tokenizer, path: Path, label_ids: dict[str, int]) -> tup
             encoded = tokenizer(texts[start:start + BATCH], truncation=True, max_length=MAX_SEQ_LEN, padding=True,
                                 return_tensors="pt")
             batches.append(model(**encoded).logits.float())
-    return torch.cat(batches), torch.tensor([label_ids[str(label)] for label in labels])
+    return torch.cat(batches), torch.tensor([label_ids[label] for label in labels])
 
 
 def best_offsets(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
