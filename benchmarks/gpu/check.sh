@@ -14,9 +14,9 @@
 # A lease of 15 minutes (the fourth: start and 5 pieces 55 s; the LLM step 480 s; the tests step 250 s, the
 # exploit crash test alone 238 s): after the pieces, `source /tmp/parts/assemble.sh && STEPS=llm bash ...`, then at
 # once `source /tmp/parts/assemble.sh && STEPS=tests bash ...` (the machine goes back 30 s after a call).
-# Packing (session 17): pack.sh's list must leave out llama-cpp-python (built here by setup.sh --gguf: pip finds no
-# wheel to carry, and one missing requirement empties the whole payload); .venv/extras' torchao goes in as _extras/
-# (copied into the site folder before it is tarred); the lock's transformers too where the image's is under 5.23.
+# Packing: `bash benchmarks/gpu/pack.sh` (the gpu-payload tool's pack.sh, plus .venv/extras' torchao as _extras/ and
+# the lock's transformers). Its list must leave out llama-cpp-python (built here by setup.sh --gguf: pip finds no
+# wheel to carry, and one missing requirement empties the whole payload).
 set -uo pipefail
 steps=${STEPS:-llm tests}
 out=${OUT:?set OUT}/w
