@@ -105,16 +105,16 @@ def run(
 ) -> None:
     """Prepare data, probe memory, run the trials, pick the best checkpoint, quantize and export it."""
     _quiet_libraries(verbose)
-    stop_cleanly_on_sigterm(sweep_file)
-    with user_errors():
-        _ray_environment(address)
-        config = _with_time_limit(_load(sweep_file), time_limit)
-        from finesweep.search.measure import process_started
-        from finesweep.search.sweep import run as run_sweep
+    with stop_cleanly_on_sigterm(sweep_file):
+        with user_errors():
+            _ray_environment(address)
+            config = _with_time_limit(_load(sweep_file), time_limit)
+            from finesweep.search.measure import process_started
+            from finesweep.search.sweep import run as run_sweep
 
-        # The process's start, read from the system: when it is read does not move it.
-        summary = run_sweep(config, address=address, tracking_uri=tracking_uri, started=process_started())
-    _exit_for(summary)
+            # The process's start, read from the system: when it is read does not move it.
+            summary = run_sweep(config, address=address, tracking_uri=tracking_uri, started=process_started())
+        _exit_for(summary)
 
 
 def _with_time_limit(config, time_limit: str | None):
@@ -234,14 +234,14 @@ def resume(sweep: Path = SweepArg,
            verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs.")) -> None:
     """Continue an interrupted sweep: finished trials stay, unfinished ones go on from their last checkpoint."""
     _quiet_libraries(verbose)
-    stop_cleanly_on_sigterm(sweep)
-    with user_errors():
-        _ray_environment(address)
-        root = _sweep_root(sweep)
-        from finesweep.search.sweep import resume as resume_sweep
+    with stop_cleanly_on_sigterm(sweep):
+        with user_errors():
+            _ray_environment(address)
+            root = _sweep_root(sweep)
+            from finesweep.search.sweep import resume as resume_sweep
 
-        summary = resume_sweep(root, address=address)
-    _exit_for(summary)
+            summary = resume_sweep(root, address=address)
+        _exit_for(summary)
 
 
 def _reachable_run(tracker, run_id: str):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 
 from finesweep.search.tuning import ray_compat
 from finesweep.spaces import SweepFileError
@@ -18,12 +20,24 @@ def start_ray(address: str | None) -> None:
     if address is None:
         # A local Ray bound to 127.0.0.1 is reachable from this machine only; its token adds nothing.
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    own_sigterm = signal.getsignal(signal.SIGTERM)
     if address:
         check_reachable(address)
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     else:
         ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
                  **ray_compat.local_node_on_loopback())
+    keep_sigterm_handler(own_sigterm)
+
+
+def keep_sigterm_handler(handler) -> None:
+    """Put back the command's own SIGTERM handler (search/terminate.py) after ray.init: Ray sets one that exits 15
+    without a word, and its core worker's C++ failure handler printed a stack dump on SIGTERM before it ran (a
+    scheduler's stop, `timeout`). Re-installing a Python handler replaces both for SIGTERM alone; the C++ handler
+    keeps its crash reports for the signals of real faults (SIGSEGV, SIGABRT). A process without a handler of its own
+    (a library user's) keeps Ray's."""
+    if callable(handler) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
 
 
 def check_reachable(address: str, timeout_s: float = 10.0) -> None:

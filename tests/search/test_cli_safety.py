@@ -81,3 +81,21 @@ def test_sigterm_during_the_probe_ends_the_command_with_143_and_leaves_no_probe_
     assert process.returncode == 143 and "Traceback" not in stderr, stderr[-3000:]
     assert "stopped by SIGTERM: `finesweep resume sweep.yaml`" in stderr
     probe.wait(timeout=15)  # psutil.TimeoutExpired if it outlived the command
+
+
+def test_sigterm_during_the_search_ends_the_command_with_143_and_no_stack_dump(tmp_path):
+    """A scheduler's stop while trials run: ray.init sets its own SIGTERM handler (exit 15, not a word) and its C++
+    failure handler dumped the stack (seen on a GPU machine during the export; here the process aborted, -6), and a
+    stop landing in Ray's wait came out as SystemExit(1). The command's own stop speaks and exits 143."""
+    tiny.classification_folder(tmp_path, SWEEP)
+    console = tmp_path / "console.txt"
+    with console.open("w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"], cwd=tmp_path,
+                                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=out, stderr=subprocess.PIPE,
+                                   text=True)
+    crash_when(process, lambda: "eval_loss=" in console.read_text(), "a trial's first evaluation", timeout=180,
+               crash=lambda p: p.send_signal(signal.SIGTERM))
+    _, stderr = process.communicate(timeout=90)
+    assert process.returncode == 143, (process.returncode, stderr[-3000:])
+    assert "stopped by SIGTERM: `finesweep resume sweep.yaml`" in stderr
+    assert "SIGTERM received" not in stderr and "Traceback" not in stderr, stderr[-3000:]
