@@ -12,7 +12,7 @@ transformers=$(grep -i '^transformers==' requirements-lock.txt | head -1)
 [ -d .venv/extras/torchao/torchao ] || { echo "no .venv/extras/torchao: run bash scripts/setup.sh first"; exit 2; }
 edited=$(mktemp)
 trap 'rm -f "$edited"' EXIT
-# The tool's own script with two lines added: its folder fixed (it reads image-packages.txt and assemble.sh beside it),
+# The tool's own script with three lines changed: its folder fixed (it reads image-packages.txt and assemble.sh beside it),
 # the lock's transformers appended to what it installs, torchao copied in before the site folder is tarred.
 sed -e "s#^here=.*#here=$(cd "$payload" && pwd)#" \
     -e "s#^\" > .gpu/requirements.txt\$#\" > .gpu/requirements.txt; echo $transformers >> .gpu/requirements.txt#" \

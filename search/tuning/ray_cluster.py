@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 
 from finesweep.search.tuning import ray_compat
 from finesweep.spaces import SweepFileError
@@ -30,7 +31,7 @@ def start_ray(address: str | None) -> None:
     keep_sigterm_handler(own_sigterm)
 
 
-def keep_sigterm_handler(handler) -> None:
+def keep_sigterm_handler(handler: Callable[..., object] | int | None) -> None:
     """Put back the command's own SIGTERM handler (search/terminate.py) after ray.init: Ray sets one that exits 15
     without a word, and its core worker's C++ failure handler printed a stack dump on SIGTERM before it ran (a
     scheduler's stop, `timeout`). Re-installing a Python handler replaces both for SIGTERM alone; the C++ handler
