@@ -1,4 +1,5 @@
-"""The sweep file's schema: one typed model per concern, every default here and only here."""
+"""The sweep file's schema: one typed model per concern, every default here (the `search:` section's in
+search_config.py) and nowhere else."""
 
 from __future__ import annotations
 
