@@ -58,7 +58,8 @@ class Console:
         predicted end (`elapsed`: the command's seconds so far)."""
         import time
 
-        length = (f"{plan.evaluations} evaluations of {plan.period_seconds:.0f} s per trial" if plan.period_seconds
+        periods = f"{plan.evaluations} evaluation{'' if plan.evaluations == 1 else 's'}"
+        length = (f"{periods} of {plan.period_seconds:.0f} s per trial" if plan.period_seconds
                   else f"{plan.max_steps} steps per trial, an evaluation every {plan.eval_every_steps}")
         table = Table("model | precision | method", "samples/s", "s / step", "s / evaluation", "steps / trial",
                       "s / trial", title=f"Plan: {length}, {plan.num_trials} trials, {plan.concurrency} at once; "

@@ -197,8 +197,9 @@ def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_
                 period = stretched
                 why += f", stretched to fill the budget but {BUDGET_MARGIN:.0%}"
             schedule = Schedule(max(1, min(evaluations, fits)), period)
+            periods = f"{schedule.evaluations} evaluation period{'' if schedule.evaluations == 1 else 's'}"
             schedule.notes.append(
-                f"trials allotted time: {schedule.evaluations} evaluation periods of {period:.0f} s each ({why}), so "
+                f"trials allotted time: {periods} of {period:.0f} s each ({why}), so "
                 f"a trial started first ends inside the trials' {time_budget / 60:.3g}-minute budget; {slowest.key} would "
                 f"take {slowest.period_seconds(eval_every_steps):.0f} s per {eval_every_steps} steps, and trains "
                 "fewer steps in the same time")

@@ -19,7 +19,7 @@ def test_plan_prints_the_trials_a_budget_pays_for_and_trains_nothing(tmp_path):
     out = " ".join(result.stdout.split())  # rich wraps long lines
     assert "Memory probe" in out and "Plan:" in out and "predicted:" in out
     assert "plan: trials allotted time:" in out and "plan: num_trials 50 ->" in out
-    evaluations = int(out.split("Plan: ", 1)[1].split(" evaluations of ")[0])
+    evaluations = int(out.split("Plan: ", 1)[1].split(" evaluation")[0])  # 1 evaluation, 2 evaluations
     assert 1 <= evaluations < 300000 // 5  # fewer than the file's 60,000 evaluation periods
     root = tmp_path / "runs" / "tiny"
     assert not any((root / name).exists() for name in ("tune", "mlflow.db", "sweep-state.json", "export"))
