@@ -37,9 +37,10 @@ def _clean_copy(folder: Path) -> Path:
 def test_the_wheel_holds_every_module_of_the_three_rooms(tmp_path):
     source = _clean_copy(tmp_path / "source")
     # --no-build-isolation: the locked setuptools of the test environment, nothing fetched.
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                    "--wheel-dir", str(tmp_path / "wheel"), str(source)],
-                   check=True, cwd=tmp_path, capture_output=True, text=True)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                            "--wheel-dir", str(tmp_path / "wheel"), str(source)],
+                           cwd=tmp_path, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
     wheel, = (tmp_path / "wheel").glob("finesweep-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         packaged = {name for name in archive.namelist() if name.endswith(".py")}
