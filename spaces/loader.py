@@ -64,6 +64,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 def _describe(path: Path, error: ValidationError, raw: dict[str, Any]) -> str:
     problems = [_describe_one(item, raw) for item in error.errors() if _is_relevant(item, raw)]
     problems = list(dict.fromkeys(problems))  # a union reports one input once per member
+    return _problem_list(path, problems)
+
+
+def _problem_list(path: Path, problems: list[str]) -> str:
     head = f"sweep file {path}: {len(problems)} problem{'s' if len(problems) > 1 else ''}:"
     return "\n".join([head, *(f"  - {p}" for p in problems)])
 
@@ -191,7 +195,7 @@ def _resolve_paths(config: SweepConfig, base_dir: Path, sweep_path: Path) -> Swe
                 _check_exists(problems, f"models[{i}].gguf_file", model.gguf_file, Path(model.path) / model.gguf_file,
                               base_dir)
     if problems:
-        raise SweepFileError("\n".join([f"sweep file {sweep_path}: {len(problems)} problem(s):", *(f"  - {p}" for p in problems)]))
+        raise SweepFileError(_problem_list(sweep_path, problems))
     return config.model_copy(update={"data": data, "models": models})
 
 

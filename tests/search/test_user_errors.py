@@ -44,6 +44,7 @@ def test_a_model_path_that_does_not_exist_is_reported_before_anything_loads(tmp_
     (tmp_path / "sweep.yaml").write_text(SWEEP.format(model="modle"))
     message = _user_error(_cli("data", "sweep.yaml", cwd=tmp_path))
     assert "models[0].path: nothing at 'modle'" in message and str(tmp_path) in message
+    assert "1 problem:" in message, "counted as the schema's problems are"
     assert "Repo id" not in message, "not taken for a hub id"
 
 

@@ -79,7 +79,7 @@ def detect(config: DataConfig, source: Source, row: Row) -> str:
 def _missing(source: Source, row: Row, fmt: str, field: str, column: str) -> DataError:
     present = list(row)
     close = difflib.get_close_matches(column, present, n=1, cutoff=0.4)
-    hint = f"did you mean '{close[0]}'? " if close else ""
+    hint = f"Did you mean '{close[0]}'? " if close else ""
     return DataError(f"{source.name}: no column '{column}' (data.{field}), which the {fmt} chat format reads; the file "
                      f"has columns {present}. {hint}Set data.{field} in the sweep file to the right name, or "
                      "data.chat_format to the format the file is in (auto tells it from the columns).")

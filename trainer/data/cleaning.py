@@ -61,7 +61,7 @@ def check_columns(config: DataConfig, source: Source, row: Row) -> None:
     for key, column in (("text", config.text_column), ("label", config.label_column)):
         if column not in present:
             close = difflib.get_close_matches(column, present, n=1, cutoff=0.4)
-            hint = f"did you mean '{close[0]}'? " if close else ""
+            hint = f"Did you mean '{close[0]}'? " if close else ""
             raise DataError(
                 f"{source.name}: no column '{column}' (data.{key}_column); the file has columns {present}. "
                 f"{hint}Set data.{key}_column in the sweep file to the right name."

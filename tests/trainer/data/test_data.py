@@ -173,7 +173,7 @@ def test_utf8_bom_is_accepted(tmp_path):
 
 
 def test_missing_column_suggests_closest(sentiment_csv, tmp_path):
-    with pytest.raises(DataError, match=r"no column 'lable'.*did you mean 'label'.*data.label_column"):
+    with pytest.raises(DataError, match=r"no column 'lable'.*Did you mean 'label'.*data.label_column"):
         prepare(_config(sentiment_csv, label_column="lable"), 0, tmp_path)
 
 
