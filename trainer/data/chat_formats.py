@@ -13,13 +13,12 @@ row's columns, the first format of FORMATS whose columns are all there.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from finesweep.spaces.config import DataConfig
 from finesweep.trainer.data import chat
-from finesweep.trainer.data.readers import DataError, Row, Source, cell_text
+from finesweep.trainer.data.readers import DataError, Row, Source, cell_text, closest_column_hint
 
 AUTO = "auto"
 MESSAGES, SHAREGPT, ALPACA, PROMPT_RESPONSE = "messages", "sharegpt", "alpaca", "prompt_response"
@@ -78,8 +77,7 @@ def detect(config: DataConfig, source: Source, row: Row) -> str:
 
 def _missing(source: Source, row: Row, fmt: str, field: str, column: str) -> DataError:
     present = list(row)
-    close = difflib.get_close_matches(column, present, n=1, cutoff=0.4)
-    hint = f"Did you mean '{close[0]}'? " if close else ""
+    hint = closest_column_hint(column, present)
     return DataError(f"{source.name}: no column '{column}' (data.{field}), which the {fmt} chat format reads; the file "
                      f"has columns {present}. {hint}Set data.{field} in the sweep file to the right name, or "
                      "data.chat_format to the format the file is in (auto tells it from the columns).")

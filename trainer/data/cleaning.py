@@ -8,7 +8,6 @@ pairs themselves.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import unicodedata
 from collections import Counter
@@ -17,7 +16,7 @@ from typing import Any, NamedTuple
 
 from finesweep.spaces.config import DataConfig, Task
 from finesweep.trainer.data import chat, chat_formats
-from finesweep.trainer.data.readers import EXAMPLE_CHARS, DataError, Row, Source, cell_text
+from finesweep.trainer.data.readers import EXAMPLE_CHARS, DataError, Row, Source, cell_text, closest_column_hint
 
 EXAMPLES_KEPT = 3
 Pair = tuple[str, str]
@@ -60,8 +59,7 @@ def check_columns(config: DataConfig, source: Source, row: Row) -> None:
     present = list(row)
     for key, column in (("text", config.text_column), ("label", config.label_column)):
         if column not in present:
-            close = difflib.get_close_matches(column, present, n=1, cutoff=0.4)
-            hint = f"Did you mean '{close[0]}'? " if close else ""
+            hint = closest_column_hint(column, present)
             raise DataError(
                 f"{source.name}: no column '{column}' (data.{key}_column); the file has columns {present}. "
                 f"{hint}Set data.{key}_column in the sweep file to the right name."

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import difflib
 import io
 import json
 from collections.abc import Iterator
@@ -31,6 +32,12 @@ def cell_text(value: Any) -> str:
 
 class DataError(ValueError):
     """User-facing: one paragraph naming the file, the column or line, the rule, what was found, and the fix."""
+
+
+def closest_column_hint(column: str, present: list[str]) -> str:
+    """"Did you mean 'x'? " for the file's column nearest a missing one's name; empty where none is near."""
+    close = difflib.get_close_matches(column, present, n=1, cutoff=0.4)
+    return f"Did you mean '{close[0]}'? " if close else ""
 
 
 @dataclass(frozen=True)
