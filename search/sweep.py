@@ -28,7 +28,7 @@ from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.tags import (BASELINE_TRIAL_TAG, BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG,
                                             DEPLOY_CPU_TAG, DEPLOY_TAG, DEVICE_TAG, EXPORT_COMPLETE_TAG, GIT_COMMIT_TAG,
                                             GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
-from finesweep.search.tuning import exploit
+from finesweep.search.tuning import exploit, exploit_outcome
 from finesweep.search.tuning.context import TrialContext, allotted_time
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic
@@ -216,7 +216,7 @@ def _exploit(session: Session, setup, winner: Best | None, results, explored: fl
         train_rows=session.data.prepared.report.splits.get("train", 0))
     if session.exploitation:  # the real split of the budget, beside the plan's on the parent run
         done = session.exploitation
-        split = {"exploitation_seconds": done["trained_seconds"], **(
+        split = {"exploitation_seconds": exploit_outcome.trained_seconds(done), **(
             {"exploration_seconds": done["exploration_seconds"]} if done["exploration_seconds"] is not None else {})}
         session.tracker.log_metrics(session.parent, split, 0)
     return final

@@ -53,9 +53,13 @@ def origin(best: dict[str, Any]) -> str:
     """The search trial the export descends from: the winner's, or, where the export is a checkpoint of the rest of the
     budget's training (best["exploitation"], search.exploit, when it `continued`), the trial it went on from. A
     continuation that improved on nothing leaves the search's winner as the export, which may be another trial than
-    its source (the model compared at equal samples, search/selection/equal_samples.py)."""
+    its source (the model compared at equal samples, search/selection/equal_samples.py). Where the runner-up model
+    trained on with the time the first continuation left (`second_leg`) and is exported, the trial it went on from."""
     exploitation = best.get("exploitation") or {}
-    return exploitation["source_trial"] if exploitation.get("continued") else best["trial_id"]
+    for leg in (exploitation.get("second_leg") or {}, exploitation):
+        if leg.get("continued") and leg.get("final_trial", best["trial_id"]) == best["trial_id"]:
+            return leg["source_trial"]
+    return best["trial_id"]
 
 
 def _gain(winner: float, baseline: float, higher_is_better: bool) -> float:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from finesweep.search.selection.baseline import compare
+from finesweep.search.selection.baseline import compare, origin
 from finesweep.search.tuning.context import baseline_length
 from finesweep.search.tuning.samplers import BaselineKeepingASHA, make_searcher
 from finesweep.spaces import SweepConfig, SweepFileError, Task
@@ -130,6 +130,13 @@ def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_
     kept = compare(Task.classification, {"accuracy": 0.695}, {"accuracy": 0.674},
                    {**best, "exploitation": {"source_trial": "a", "continued": False}}, base)
     assert not kept["baseline_won"] and "better than the baseline recipe" in kept["sentence"]
+    # The baseline's continuation ended at max_epochs, and the runner-up model's, trained with the time left, is the
+    # export: it descends from that model's trial, not the baseline's.
+    runner_up = {"source_trial": "a", "continued": True, "final_trial": "c",
+                 "second_leg": {"source_trial": "b", "continued": True, "final_trial": "d"}}
+    assert origin({**best, "trial_id": "d", "exploitation": runner_up}) == "b"
+    assert origin({**best, "trial_id": "c", "exploitation": {**runner_up, "second_leg": {
+        "source_trial": "b", "continued": False, "final_trial": "c"}}}) == "a", "the runner-up lost: the first's"
     longer = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.686},
                      {**best, "trial_id": "c", "step": 1476, "params": {"effective_batch_size": 8}},
                      {**base, "step": 172, "params": {"effective_batch_size": 8}})
