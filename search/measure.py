@@ -22,7 +22,7 @@ from finesweep.search.probe.plan import RAY_START_SECONDS, apply, plan_search
 from finesweep.search.probe.sharing import core_slots, gpu_slots
 from finesweep.search.probe.steer import dominated_precisions, slow_values, unmeasured_precisions, without
 from finesweep.search.probe.answers import machine_probe_file
-from finesweep.search.probe.table import probe_all, probe_worker
+from finesweep.search.probe.table import ProbeResult, probe_all, probe_worker
 from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import Method, SweepConfig, SweepFileError
 from finesweep.trainer.gguf import check_gguf
@@ -51,6 +51,17 @@ def measure_memory(config: SweepConfig, folder: SweepFolder, device: Device, pre
     if reused := sum(r.reused for r in results.values()):
         console.step(f"Probe: {reused} of {len(results)} combinations measured by an earlier sweep on this machine, "
                      f"read from {cache} (delete it to measure again)")
+    return results
+
+
+def recorded_answers(recorded: dict[str, dict[str, Any]], console: Console) -> dict[str, ProbeResult]:
+    """The probe's answers a sweep started with, for its resume: its trials go on with the micro-batches and plans
+    they began with (MLflow refuses a run's parameter changed, and a checkpoint's optimizer steps assume them). The
+    machine's cache is no such record: a combination first measured under load is measured again on a quieter
+    machine, and its fastest micro-batch may differ."""
+    results = {key: ProbeResult(**entry) for key, entry in recorded.items()}
+    console.probe_table(results)
+    console.step("Probe: the answers this sweep started with, read from sweep-state.json (a resume keeps them)")
     return results
 
 
@@ -101,10 +112,12 @@ class Measured:
     clock: PhaseClock
 
 
-def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, started: float | None = None) -> Measured:
+def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, started: float | None = None,
+                   recorded_probes: dict[str, dict[str, Any]] | None = None) -> Measured:
     """The checks that need no data, the data prepared and the probe run (both cached by content), the space
     steered by the probe's speeds. `started`: when the process started (time.time()'s clock); the clock's total counts
-    from it (search.time_limit bounds the whole command)."""
+    from it (search.time_limit bounds the whole command). `recorded_probes`: the answers a resumed sweep started with
+    (sweep-state.json), used instead of the probe (see recorded_answers)."""
     clock = PhaseClock(started=time.perf_counter() - (time.time() - started)) if started else PhaseClock()
     check_backends(config)
     check_gguf(config)
@@ -122,13 +135,15 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
     console.header(config, device, folder.root)
     # The probe's process imports torch on the other core while the data is read: 5 s of every first sweep.
     worker = probe_worker(config, device)
-    worker.begin()
+    if recorded_probes is None:
+        worker.begin()
     try:
         # Data, tokens and lengths before a GGUF candidate's minute of dequantizing: their errors come first.
         data = prepare_data(tokenizer_candidates(config), folder, console, read_data(config, folder))
         config = dequantize_gguf(config, console)
         clock.lap("data")
-        probes = measure_memory(config, folder, device, precisions, data, console, worker)
+        probes = (measure_memory(config, folder, device, precisions, data, console, worker)
+                  if recorded_probes is None else recorded_answers(recorded_probes, console))
     finally:
         worker.close()
     config, precisions = steer_by_speed(config, precisions, probes, console)

@@ -70,9 +70,11 @@ class Session(Measured):
 
 
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console,
-          started: float | None = None) -> Session:
-    """Data and probe (both cached by content, so a resume redoes neither) and the tracking store."""
-    inputs = measure_inputs(config, folder, console, started)  # from its checks on, the sweep logs to its file
+          started: float | None = None, recorded_probes: dict[str, dict[str, Any]] | None = None) -> Session:
+    """Data (cached by content, so a resume does not prepare it again), the probe's answers (a resume reads those
+    the sweep started with) and the tracking store."""
+    # From its checks on, the sweep logs to its file.
+    inputs = measure_inputs(config, folder, console, started, recorded_probes)
     tracker = Tracker(tracking_uri or inputs.config.tracking.uri or default_tracking_uri(folder.root),
                       folder.root / SPOOL_FOLDER)
     return Session(**vars(inputs), tracker=tracker)
@@ -103,7 +105,9 @@ def resume(sweep_dir: Path, *, address: str | None = None, console: Console | No
     """Continue an interrupted sweep from its folder: Tune's experiment state, the same MLflow runs."""
     state = read_state(sweep_dir)
     config = SweepConfig.model_validate(state["config"])
-    session = _open(config, SweepFolder(Path(state["root"])), state["tracking_uri"], console or Console())
+    # A sweep started before the probe's answers were saved in its state (2026-11-28) is probed again.
+    session = _open(config, SweepFolder(Path(state["root"])), state["tracking_uri"], console or Console(),
+                    recorded_probes=state.get("probes"))
     session.experiment_id, session.parent = state["experiment_id"], state["parent_run_id"]
     session.plan = state.get("plan")  # the saved config is already the planned one: planning again would change it
     session.tracker.reopen(session.parent)
@@ -124,6 +128,7 @@ def _save_state(session: Session, tune_experiment: str) -> None:
         "root": str(session.folder.root), "config": session.config.model_dump(mode="json"),
         "tracking_uri": session.tracker.uri, "experiment_id": session.experiment_id,
         "parent_run_id": session.parent, "tune_experiment": tune_experiment, "plan": session.plan,
+        "probes": {key: asdict(result) for key, result in session.probes.items()},
     }, indent=1)
 
 

@@ -203,15 +203,17 @@ def get_json(url: str, timeout: float) -> dict:
             time.sleep(0.5)
 
 
-def saved_checkpoints_of_running_trials(sweep_dir: Path) -> dict[Path, str]:
+def saved_checkpoints_of_running_trials(sweep_dir: Path, on_disk: bool = True) -> dict[Path, str]:
     """trial folder -> the checkpoint Tune's newest saved state names as the trial's latest, for running trials whose
-    checkpoint is on disk."""
+    checkpoint is on disk (`on_disk` False: whether it is or not)."""
     from finesweep.search.tuning.recovery import saved_trials
 
     named = {}
     for experiment in sweep_dir.glob("tune/*/"):
         for trial in saved_trials(experiment):
-            if trial.status == "RUNNING" and trial.checkpoint and (trial.folder / trial.checkpoint).is_dir():
+            if trial.status != "RUNNING" or not trial.checkpoint:
+                continue
+            if not on_disk or (trial.folder / trial.checkpoint).is_dir():
                 named[trial.folder] = trial.checkpoint
     return named
 

@@ -34,11 +34,19 @@ def test_a_sweep_killed_mid_trial_resumes_without_rerunning_or_duplicating(tmp_p
     process = subprocess.Popen([sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"], cwd=tmp_path,
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     before = crash_when(process, lambda: _mid_trial(sweep_dir), "a trial's third evaluation")
-    folder, checkpoint = next(iter(saved_checkpoints_of_running_trials(sweep_dir).items()))
-    lose_the_saved_checkpoint(folder, checkpoint)  # one trial also lost the checkpoint the saved state names
+    named = saved_checkpoints_of_running_trials(sweep_dir, on_disk=False)  # the state Tune saved last, after the kill
+    assert named, f"no running trial in Tune's last saved state after {before}"
+    folder, checkpoint = next(iter(named.items()))
+    if (folder / checkpoint).is_dir():  # else the kill came as Tune had deleted it (its newer one not yet recorded)
+        lose_the_saved_checkpoint(folder, checkpoint)  # one trial also lost the checkpoint the saved state names
 
-    result = finesweep("resume", "sweep.yaml", cwd=tmp_path)
+    # A machine cache of its own: were the resume to probe again (a combination first measured under load is, on a
+    # quieter machine), it could choose another micro-batch for trials that began with the first.
+    quiet_cache = tmp_path / "another-cache"
+    result = finesweep("resume", "sweep.yaml", cwd=tmp_path, env={"FINESWEEP_CACHE": str(quiet_cache)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "the answers this sweep started with, read from sweep-state.json" in result.stdout
+    assert not (quiet_cache / "probe").exists(), "the resume probed again instead of reading what the trials began with"
     assert f"trial {folder.name.split('-')[-1]}: its last saved checkpoint {checkpoint} was deleted" in result.stderr
     after = evaluation_steps(sweep_dir)
     assert len(after) == TRIALS, "a resumed sweep runs exactly the planned trials, each in its own MLflow run"
