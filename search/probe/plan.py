@@ -23,7 +23,7 @@ from typing import Any
 
 from finesweep.search.probe.cadence import planned_cadence
 from finesweep.search.probe.dropout_default import resolve_dropout
-from finesweep.search.probe.exploit_share import auto_share, leaving_a_first_evaluation
+from finesweep.search.probe.exploit_share import auto_share, leaving_a_first_evaluation, sparing_a_capped_winner
 from finesweep.search.probe.export_time import export_seconds
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.simulate import TRIAL_START_SECONDS, Lane, Simulated, asha_milestones, simulate
@@ -253,14 +253,13 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
         search, lowered = leaving_a_first_evaluation(
             search, max(c.start_seconds + c.period_seconds(search.eval_every_steps) for c in combinations))
         auto_note += lowered
+    schedule, per_evaluation = _trials_schedule(search, combinations, config.space.effective_batch_size)
+    fewest = _fewest_trial_samples(schedule, per_evaluation, search.eval_every_steps,
+                                   min(config.space.effective_batch_size))
+    search, capped_note = sparing_a_capped_winner(search, fewest, train_rows)
+    if capped_note:  # the trials' part is the whole budget now: longer trials, perhaps more of them
+        schedule, per_evaluation = _trials_schedule(search, combinations, config.space.effective_batch_size)
     time_budget = search.exploration_seconds  # the trials' share: the rest trains the winner (search.exploit)
-    schedule = Schedule(search.max_steps // search.eval_every_steps)
-    if search.fit_to_budget:
-        schedule = planned_schedule(combinations, search.max_steps, search.eval_every_steps, time_budget,
-                                    search.step_budget)
-    mean_batch = statistics.fmean(config.space.effective_batch_size)
-    per_evaluation = (samples_per_evaluation(combinations, schedule.period_seconds, mean_batch)
-                      if schedule.period_seconds else {})
     plan = SearchPlan(combinations, search.eval_every_steps, schedule.evaluations * search.eval_every_steps,
                       search.max_steps, search.num_trials, search.num_trials, concurrency, _budget_words(config), 0.0,
                       export_seconds(config, combinations, test_rows, seq_len, export_timed_on_cpu_too,
@@ -288,8 +287,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     plan.exploitation_seconds = search.exploit.seconds(search.time_budget_minutes)
     plan.exploit_share = search.exploit.fraction
     plan.dropout = config.space.dropout
-    if dropout_note:
-        plan.notes.append(dropout_note)
+    plan.notes += [note for note in (dropout_note, capped_note) if note]
     plan.search_seconds = RAY_START_SECONDS + plan.simulated.seconds + plan.exploitation_seconds
     if plan.exploitation_seconds:
         plan.notes.append(f"the search's budget split: {time_budget:.0f} s for the trials, then "
@@ -298,6 +296,29 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                           f"{'latest checkpoint' if search.exploit.start == 'checkpoint' else 'step 0'}, with every core"
                           f"{_passes_cap(search, train_rows)})")
     return plan
+
+
+def _trials_schedule(search: SearchConfig, combinations: list[CombinationTimes],
+                     effective_batches: list[int]) -> tuple[Schedule, dict[str, int]]:
+    """The trials' schedule in the trials' share of the budget, and the samples each combination trains per
+    evaluation where they are allotted time (empty where every trial trains search.max_steps)."""
+    schedule = Schedule(search.max_steps // search.eval_every_steps)
+    if search.fit_to_budget:
+        schedule = planned_schedule(combinations, search.max_steps, search.eval_every_steps,
+                                    search.exploration_seconds, search.step_budget)
+    per_evaluation = (samples_per_evaluation(combinations, schedule.period_seconds,
+                                             statistics.fmean(effective_batches))
+                      if schedule.period_seconds else {})
+    return schedule, per_evaluation
+
+
+def _fewest_trial_samples(schedule: Schedule, per_evaluation: dict[str, int], eval_every_steps: int,
+                          smallest_batch: int) -> int:
+    """The training samples of the shortest trial that runs to its planned end: allotted time, each combination
+    trains its samples per period whatever its batch; else every trial trains its steps, the smallest batch fewest."""
+    if per_evaluation:
+        return schedule.evaluations * min(per_evaluation.values())
+    return schedule.evaluations * eval_every_steps * smallest_batch
 
 
 def _passes_cap(search: SearchConfig, train_rows: int) -> str:

@@ -239,7 +239,12 @@ def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passe
     few, many, between = planned(7_200), planned(1_800), planned(2_880)  # 1, 4 and 2.5 passes
     assert (few.exploit_share, many.exploit_share, between.exploit_share) == (0.75, 0.4, 0.57)
     assert few.exploitation_seconds == pytest.approx(225) and planned(100_000).exploit_share == 0.75
-    assert planned(600).exploit_share == 0.4, "past four passes the search keeps its default share"
+    capped = planned(600)  # its trials train 1,200 samples or more: two passes over 600 rows before they end
+    assert (capped.exploit_share, capped.exploitation_seconds) == (0.0, 0.0)
+    assert any("search.exploit.share 0.40 -> 0: every trial trains" in note and "(search.exploit.max_epochs), so "
+               "the trials take the whole budget" in note for note in capped.notes), capped.notes
+    assert capped.trial_seconds(capped.combinations[0]) > many.trial_seconds(many.combinations[0]), \
+        "the winner's seconds lengthen the trials"
     assert any("(search.exploit.share 0.75, auto: the budget pays for 1.0 passes over the 7,200 training rows at "
                "its slowest candidate's speed" in note for note in few.notes)
     assert planned(0).exploit_share == 0.4, "no training rows known: the unplanned default"
@@ -251,6 +256,14 @@ def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passe
     fixed = planning.plan_search(_config(time_budget_minutes=5, exploit={"share": 0.2}), probes, validation_rows=80,
                                  test_rows=40, seq_len=64, concurrency=2, train_rows=21_600)
     assert fixed.exploit_share == 0.2, "a share the file sets is kept"
+
+    def file_share(train_rows: int, **exploit):
+        return planning.plan_search(_config(time_budget_minutes=5, exploit={"share": 0.2, **exploit}), probes,
+                                    validation_rows=80, test_rows=40, seq_len=64, concurrency=2,
+                                    train_rows=train_rows).exploit_share
+    assert file_share(600) == 0.0, "...but not where the trials make the winner's passes themselves"
+    assert file_share(600, max_epochs=None) == file_share(600, start="scratch") == 0.2, \
+        "no passes cap, or a refit from step 0: the winner's seconds buy training"
 
 
 def test_the_winners_share_leaves_the_trials_time_for_a_first_evaluation_of_the_slowest_candidate():
