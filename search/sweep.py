@@ -181,7 +181,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
         **allotted_time(session.plan), train_rows=session.data.prepared.report.splits.get("train", 0),
     )
     start_ray(address)
-    session.console.search_start(config.search.algorithm, config.search.scheduler)
+    session.console.search_start(config.search.algorithm, config.search.scheduler, config.search.plateau_patience)
     evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
     recorder = TrialEndRecorder(tracker.uri, context, evaluations, session.console.trial_event(config.search.metric))
     setup = TuneSetup(context, session.folder.tune, tune_experiment, session.precisions, [recorder])

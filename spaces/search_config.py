@@ -72,6 +72,7 @@ class SearchConfig(Section):
     grid_points: int = Field(3, ge=2, description="Grid search: values per searched range (learning_rate, warmup_ratio, weight_decay, dropout), both ends included, log-spaced for a log range.")
     scheduler: Literal["asha", "none"] = Field("asha", description="Early stopping of poor trials.")
     asha: AshaConfig = Field(default_factory=AshaConfig, description="ASHA settings.")
+    plateau_patience: int | None = Field(3, ge=1, description="A trial stops once this many evaluations in a row have not bettered its best (any improvement counts), whatever the scheduler: a small data set is learnt in a few passes, and a trial that trains on past its best spends the budget for nothing (its best checkpoint stays a candidate). The baseline trial is never stopped. 3: the window of Ray Tune's TrialPlateauStopper (4 results); null = off.")
     num_trials: int = Field(8, ge=1, description="Trials to run, the baseline's (search.baseline) among them.")
     max_concurrent_trials: int | None = Field(None, ge=1, description="Trials running at once. Unset: 1 on a CPU; with CUDA, as many as the probe's peak memory lets share the GPUs (see resources.gpus_per_trial), at most the CPU cores over cpus_per_trial.")
     metric: str = Field("eval_loss", description="Evaluation metric the search optimises, e.g. eval_accuracy, eval_f1_macro, eval_loss.")

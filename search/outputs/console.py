@@ -78,8 +78,11 @@ class Console:
                        f"export {plan.export_seconds:.0f} s; ends about {end} "
                        f"({elapsed + plan.predicted_seconds:.0f} s after the start)")
 
-    def search_start(self, algorithm: str, scheduler: str) -> None:
-        stopping = ", stopped early by ASHA" if scheduler == "asha" else ""
+    def search_start(self, algorithm: str, scheduler: str, plateau_patience: int | None) -> None:
+        ends = (["by ASHA"] if scheduler == "asha" else []) + (
+            [f"after {plateau_patience} evaluations in a row without a better one (search.plateau_patience)"]
+            if plateau_patience else [])
+        stopping = f", stopped early {' or '.join(ends)}" if ends else ""
         self.step(f"Searching: Ray Tune trials sampled by Optuna ({algorithm}){stopping}")
 
     def trial_event(self, metric: str) -> "TrialEventPrinter":

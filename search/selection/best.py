@@ -20,6 +20,9 @@ TIE_BREAK_PER_STEP = 1e-12
 # searcher (Optuna is told a trial's last result) and ASHA judge a trial by it: a trial is worth its best
 # checkpoint, which is what the export picks from, not its last evaluation.
 BEST_SO_FAR = "finesweep_best_so_far"
+# Evaluations in a row, up to this one, that have not bettered the trial's best (0: this one is its best so far):
+# a trial stops at search.plateau_patience of them (callbacks.PlateauStopper).
+SINCE_BEST = "finesweep_evaluations_since_best"
 
 # The result key under which Ray Train's TuneReportCallback passes a data-parallel trial's checkpoint path to Tune
 # (ray.tune.integration.ray_train.CHECKPOINT_PATH_KEY).
@@ -71,6 +74,23 @@ def best_of(values: list[float], mode: str) -> float:
     if not finite:
         return math.nan
     return max(finite) if mode == "max" else min(finite)
+
+
+def evaluations_since_best(values: list[float], mode: str) -> int:
+    """How many of the last `values` in a row have not bettered the best before them (a tie does not better it;
+    a value that is not finite never does)."""
+    since, best = 0, math.nan
+    for value in values:
+        since = 0 if betters(value, best, mode) else since + 1
+        best = best_of([best, value], mode)
+    return since
+
+
+def betters(value: float, best: float, mode: str) -> bool:
+    """Whether `value` is finite and strictly better than `best` (anything finite betters a NaN best)."""
+    if not (isinstance(value, (int, float)) and math.isfinite(value)):
+        return False
+    return math.isnan(best) or (value > best if mode == "max" else value < best)
 
 
 def pick_best(results, metric: str, mode: str) -> Best | None:

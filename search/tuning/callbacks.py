@@ -1,5 +1,5 @@
-"""Tune callbacks and stoppers of a sweep: the time and step budgets, and the recorder that closes each trial's
-MLflow run.
+"""Tune callbacks and stoppers of a sweep: the time and step budgets, a trial's plateau, and the recorder that closes
+each trial's MLflow run.
 
 Tune pickles both with the experiment (by module path: see moved.py for sweeps started before a move).
 """
@@ -13,10 +13,12 @@ from typing import Any, Callable
 
 from ray.tune import Callback, Stopper
 
+from finesweep.search.selection.best import SINCE_BEST
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import END_STATE_TAG, ERROR_TAG
 from finesweep.search.tuning.context import TrialContext
 from finesweep.spaces import SweepConfig
+from finesweep.spaces.space import BASELINE_KEY
 from finesweep.spaces.files import write_json_atomic
 
 
@@ -89,6 +91,25 @@ class TrialsShareStopper(Stopper):
         return self.spent >= self.longest or (self.evaluated and self.spent >= self.seconds)
 
 
+class PlateauStopper(Stopper):
+    """Stops a trial once `patience` evaluations in a row have not bettered its best (search.plateau_patience): the
+    trial counts them (SINCE_BEST, with each result). Tune stops it as ASHA does; its checkpoints stay candidates.
+    The baseline trial is never stopped: it is the reference, trained to its recipe's end (as BaselineKeepingASHA)."""
+
+    def __init__(self, patience: int):
+        self.patience = patience
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return plateaued(result, self.patience) and not (result.get("config") or {}).get(BASELINE_KEY)
+
+    def stop_all(self) -> bool:
+        return False
+
+
+def plateaued(result: dict[str, Any], patience: int | None) -> bool:
+    return bool(patience) and int(result.get(SINCE_BEST) or 0) >= patience
+
+
 def budget_end_state(config: SweepConfig, results) -> str:
     """The end state of the trials the search stopped without a completion event: which budget ended it."""
     budget = config.search.step_budget
@@ -148,8 +169,11 @@ class TrialEndRecorder(Callback):
             self.on_event("result", trial, result)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        done = trial.last_result.get("training_iteration", 0)
-        state = "completed" if done >= self.max_evaluations else f"stopped_early_at_step_{trial.last_result.get('step')}"
+        last = trial.last_result
+        patience = self.context.sweep.get("search", {}).get("plateau_patience")
+        done = last.get("training_iteration", 0) >= self.max_evaluations
+        state = ("completed" if done else f"plateaued_at_step_{last.get('step')}" if plateaued(last, patience)
+                 else f"stopped_early_at_step_{last.get('step')}")
         self._close(trial, state, "FINISHED", None)
 
     def on_trial_error(self, iteration, trials, trial, **info):

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE, best_of, checkpoint_score
+from finesweep.search.selection.best import (BEST_SO_FAR, CHECKPOINT_SCORE, SINCE_BEST, best_of, betters, checkpoint_score,
+                                             evaluations_since_best)
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import END_STATE_TAG, ERROR_TAG, RESUMED_TAG
 from finesweep.trainer.trial import BatchSplitError, DivergedError, TrialPlan
@@ -19,10 +20,11 @@ class TuneMlflowSink:
     """Sends each evaluation to Tune (with its checkpoint) and to the trial's MLflow run."""
 
     def __init__(self, tracker: Tracker, run_id: str, objective: tuple[str, str], logged_through: int = 0,
-                 trained_through: int = 0, best_so_far: float = math.nan):
+                 trained_through: int = 0, best_so_far: float = math.nan, since_best: int = 0):
         self.tracker, self.run_id = tracker, run_id
         self.metric, self.mode = objective
-        self.best_so_far = best_so_far  # a resumed trial's starts from the evaluations before its checkpoint
+        # A resumed trial's start from the evaluations before its checkpoint.
+        self.best_so_far, self.since_best = best_so_far, since_best
         # A resumed trial redoes the steps between its last checkpoint and the crash; MLflow already has them:
         # the evaluations up to logged_through, and the training logs (written more often) up to trained_through.
         self.logged_through, self.trained_through = logged_through, trained_through
@@ -39,10 +41,11 @@ class TuneMlflowSink:
             self.pending.append((step, metrics, int(time.time() * 1000)))
         self.flush()
         value = float(metrics.get(self.metric, math.nan))
+        self.since_best = 0 if betters(value, self.best_so_far, self.mode) else self.since_best + 1
         self.best_so_far = best_of([self.best_so_far, value], self.mode)
         score = checkpoint_score(value, step, self.mode)
         self.report({**metrics, "step": step, "mlflow_run_id": self.run_id, CHECKPOINT_SCORE: score,
-                     BEST_SO_FAR: self.best_so_far}, checkpoint_dir)
+                     BEST_SO_FAR: self.best_so_far, SINCE_BEST: self.since_best}, checkpoint_dir)
 
     def flush(self) -> None:
         """Send what waits (also at the end of a trial: the losses after its last evaluation, a diverged one's)."""
@@ -74,7 +77,8 @@ def sink_for(plan: TrialPlan, tracker: Tracker, run_id: str, objective: tuple[st
     # The Trainer's log history in the checkpoint holds every evaluation up to it (metric names as the sweep's).
     earlier = [entry[objective[0]] for entry in state.get("log_history", []) if objective[0] in entry]
     return sink_class(tracker, run_id, objective, logged_through=logged, trained_through=trained,
-                      best_so_far=best_of(earlier, objective[1]))
+                      best_so_far=best_of(earlier, objective[1]),
+                      since_best=evaluations_since_best(earlier, objective[1]))
 
 
 def final_failure(error: BaseException) -> str | None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE
-from finesweep.search.tuning.callbacks import STEP_LEDGER, StepBudgetStopper, TrialsShareStopper
+from finesweep.search.tuning.callbacks import STEP_LEDGER, PlateauStopper, StepBudgetStopper, TrialsShareStopper
 from finesweep.search.tuning.context import TrialContext
 from finesweep.search.tuning.distributed import DRIVER_RESOURCES, data_parallel_trainable
 from finesweep.search.tuning.moved import install_old_module_paths
@@ -76,7 +76,7 @@ def checkpoint_config(config: SweepConfig):
 
 def stoppers(config: SweepConfig, experiment: Path):
     """What ends the whole search: the trials' share of the time budget (the rest trains the winner, exploit.py)
-    and the step budget, whichever comes first."""
+    and the step budget, whichever comes first; and what ends one trial besides ASHA: its plateau."""
     from ray.tune.stopper import CombinedStopper
 
     search = config.search
@@ -85,6 +85,8 @@ def stoppers(config: SweepConfig, experiment: Path):
         ends.append(TrialsShareStopper(search.exploration_seconds, search.time_budget_minutes * 60))
     if search.step_budget:
         ends.append(StepBudgetStopper(search.step_budget, experiment / STEP_LEDGER))
+    if search.plateau_patience:  # last: CombinedStopper asks in order and stops at the first yes, and the budgets
+        ends.append(PlateauStopper(search.plateau_patience))  # count every result
     return CombinedStopper(*ends) if len(ends) > 1 else (ends[0] if ends else None)
 
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE, checkpoint_score
+from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE, SINCE_BEST, checkpoint_score
 from finesweep.search.tuning.sink import TuneMlflowSink
 from finesweep.search.tuning.trainable import sink_for
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
@@ -37,11 +37,12 @@ def _trial_run(tmp_path: Path) -> tuple[Tracker, str]:
     return tracker, tracker.start_run(experiment, "trial-00000", {}, parent)
 
 
-@pytest.mark.parametrize("metric, mode, values, expected", [
-    ("eval_loss", "min", [0.9, 0.7, math.nan, 0.8], [0.9, 0.7, 0.7, 0.7]),
-    ("eval_accuracy", "max", [math.nan, 0.6, 0.8, 0.7], [math.nan, 0.6, 0.8, 0.8]),
+@pytest.mark.parametrize("metric, mode, values, expected, since", [
+    ("eval_loss", "min", [0.9, 0.7, math.nan, 0.8], [0.9, 0.7, 0.7, 0.7], [0, 0, 1, 2]),
+    ("eval_accuracy", "max", [math.nan, 0.6, 0.8, 0.8], [math.nan, 0.6, 0.8, 0.8], [1, 0, 0, 1]),  # a tie: no better
 ])
-def test_each_evaluation_reports_the_trials_best_so_far_beside_its_own_value(tmp_path, metric, mode, values, expected):
+def test_each_evaluation_reports_the_trials_best_so_far_beside_its_own_value(tmp_path, metric, mode, values, expected,
+                                                                             since):
     tracker, run = _trial_run(tmp_path)
     sink = RecordingSink(tracker, run, (metric, mode))
     for number, value in enumerate(values, start=1):
@@ -49,6 +50,7 @@ def test_each_evaluation_reports_the_trials_best_so_far_beside_its_own_value(tmp
     reported = [r[BEST_SO_FAR] for r in sink.reports]
     assert [round(v, 6) if math.isfinite(v) else "nan" for v in reported] == \
            [round(v, 6) if math.isfinite(v) else "nan" for v in expected]
+    assert [r[SINCE_BEST] for r in sink.reports] == since  # what search.plateau_patience stops a trial at
     # the checkpoint is still ranked by its own evaluation, not by the running best
     assert sink.reports[-1][CHECKPOINT_SCORE] == checkpoint_score(values[-1], 40, mode)
 
@@ -62,6 +64,7 @@ def test_a_resumed_trial_starts_from_the_best_evaluation_in_its_checkpoint(tmp_p
     sink = sink_for(SimpleNamespace(resume_from=str(checkpoint)), tracker, run, ("eval_loss", "min"), RecordingSink)
     sink.on_evaluation(30, {"eval_loss": 0.62}, tmp_path)
     assert sink.reports[0][BEST_SO_FAR] == 0.60  # from before the restart: the trial's best checkpoint is still step 10
+    assert sink.reports[0][SINCE_BEST] == 2  # steps 20 and 30 have not bettered it: a restart does not reset the count
 
 
 def test_optuna_is_told_the_trials_best_evaluation_not_its_last(tmp_path):

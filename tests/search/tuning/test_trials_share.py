@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 
+from finesweep.search.selection.best import SINCE_BEST
 from finesweep.search.tuning import callbacks
 from finesweep.search.tuning.callbacks import StepBudgetStopper, TrialsShareStopper
 from finesweep.search.tuning.tuner import stoppers
@@ -73,14 +74,14 @@ def _config(**search) -> SweepConfig:
 
 
 def test_the_search_is_ended_by_whichever_budget_it_has(tmp_path):
-    timed = stoppers(_config(time_budget_minutes=5, exploit={"share": 0.4}), tmp_path)
+    timed = stoppers(_config(time_budget_minutes=5, exploit={"share": 0.4}, plateau_patience=None), tmp_path)
     assert isinstance(timed, TrialsShareStopper) and (timed.seconds, timed.longest) == (180, 300)
-    assert isinstance(stoppers(_config(time_budget_minutes=None, step_budget=100), tmp_path), StepBudgetStopper)
-    both = stoppers(_config(time_budget_minutes=5, step_budget=100), tmp_path)
-    assert not both.stop_all()
-    both("a", {"eval_loss": 1.0, "step": 100})
-    assert both.stop_all(), "the step budget, spent long before the time budget"
-    assert stoppers(_config(time_budget_minutes=None), tmp_path) is None
+    stepped = stoppers(_config(time_budget_minutes=None, step_budget=100, plateau_patience=None), tmp_path)
+    assert isinstance(stepped, StepBudgetStopper)
+    every = stoppers(_config(time_budget_minutes=5, step_budget=100), tmp_path)  # and a trial's plateau (the default)
+    assert not every.stop_all()
+    assert every("a", {"eval_loss": 1.0, "step": 100, SINCE_BEST: 3}), "a trial's third evaluation without a better"
+    assert every.stop_all(), "the step budget, spent long before the time budget"
 
 
 class _Ended:
