@@ -186,14 +186,14 @@ def defaults_arm(name: str, epochs: int, data: Path, work: Path, smoke: bool, se
 
 
 def write_sweep(source: Path, name: str, data: Path, work: Path, budget_minutes: float | None, smoke: bool,
-                exploit_start: str | None = None, seed: int = EXAMPLE_SEED) -> Path:
+                search: dict[str, Any] | None = None, seed: int = EXAMPLE_SEED) -> Path:
     """A copy of `source` on the split files, in the work folder, with `seed`; budget None keeps the file's own;
-    `exploit_start` sets search.exploit.start (None keeps the file's)."""
+    `search` sets fields of its search section (a mapping's keys into the file's mapping)."""
     sweep = yaml.safe_load(source.read_text(encoding="utf-8"))
     kept = {"max_seq_len": sweep["data"].get("max_seq_len", MAX_SEQ_LEN)}
     sweep.update(name=name, seed=seed, output_root=str(work), data=data_section(data) | kept)
-    if exploit_start:
-        sweep["search"]["exploit"] = {**sweep["search"].get("exploit", {}), "start": exploit_start}
+    for key, value in (search or {}).items():
+        sweep["search"][key] = {**sweep["search"].get(key, {}), **value} if isinstance(value, dict) else value
     if budget_minutes is not None:
         sweep["search"]["time_budget_minutes"] = round(budget_minutes, 2)
     if smoke:  # one candidate and one precision: a probe of seconds (and no initial point naming the others)
@@ -210,11 +210,11 @@ def finesweep(command: str, sweep_file: Path, log: Path, *options: str) -> tuple
 
 
 def sweep_arm(name: str, source: Path, data: Path, work: Path, target_seconds: float | None, smoke: bool,
-              exploit_start: str | None = None, seed: int = EXAMPLE_SEED) -> dict[str, Any]:
+              search: dict[str, Any] | None = None, seed: int = EXAMPLE_SEED) -> dict[str, Any]:
     """`finesweep run --time-limit <target_seconds>s`, as a user who has that much time runs it (None: the file's own
     search budget; smoke: half a minute of search, the plumbing without the wait)."""
     arm: dict[str, Any] = {"sweep_file": str(source.relative_to(REPO))}
-    sweep_file = write_sweep(source, name, data, work, 0.5 if smoke else None, smoke, exploit_start, seed)
+    sweep_file = write_sweep(source, name, data, work, 0.5 if smoke else None, smoke, search, seed)
     limit = ["--time-limit", f"{target_seconds:.0f}s"] if target_seconds is not None and not smoke else []
     arm["wall_seconds"], _ = finesweep("run", sweep_file, work / "logs" / f"{name}.log", *limit)
     summary = json.loads((work / name / "summary.json").read_text())
@@ -273,6 +273,14 @@ def table(arms: dict[str, dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def search_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """What the flags set in every sweep arm's search section."""
+    overrides: dict[str, Any] = {"exploit": {"start": args.exploit_start}} if args.exploit_start else {}
+    if args.plateau_patience:
+        overrides["plateau_patience"] = None if args.plateau_patience == "off" else int(args.plateau_patience)
+    return overrides
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", choices=[*TWEET_SLICES, "chat"], default="tweets")
@@ -283,6 +291,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="Tiny everything, to check the plumbing (under 2 minutes).")
     parser.add_argument("--exploit-start", choices=["checkpoint", "scratch"],
                         help="search.exploit.start of every sweep arm (unset: the file's); its results get a suffix.")
+    parser.add_argument("--plateau-patience", choices=["off", "1", "2", "3", "4", "5", "6"],
+                        help="search.plateau_patience of every sweep arm (unset: the file's); its results get a suffix.")
     parser.add_argument("--seed", type=int, default=EXAMPLE_SEED,
                         help="The seed of every arm (the sweeps' `seed`, the defaults' TrainingArguments seed): "
                              "samples at different seeds are independent draws of the arms' luck.")
@@ -293,7 +303,8 @@ def main() -> None:
     if unknown := set(sweeps) - set(SWEEP_FILES):
         parser.error(f"--sweeps names {sorted(unknown)}; the sweeps are {list(SWEEP_FILES)}")
     own_budget = not args.smoke and (args.own_budget if args.own_budget is not None else args.data in TWEET_SLICES)
-    variant = args.data + (f"-{args.exploit_start}" if args.exploit_start else "")
+    variant = args.data + (f"-{args.exploit_start}" if args.exploit_start else "") + (
+        f"-plateau-{args.plateau_patience}" if args.plateau_patience else "")
     work = REPO / "runs" / "versus-defaults" / (f"{args.data}-smoke" if args.smoke else variant)
     shutil.rmtree(work, ignore_errors=True)
     (work / "logs").mkdir(parents=True)
@@ -312,7 +323,7 @@ def main() -> None:
     runs = [(f"sweep-{s}", SWEEP_FILES[s], two_epochs) for s in sweeps]
     runs += [("example-own-budget", SWEEP_FILES["example"], None)] if own_budget else []
     for name, source, target in runs:
-        arms[name] = sweep_arm(f"{args.data}-{name}", source, data, work, target, args.smoke, args.exploit_start,
+        arms[name] = sweep_arm(f"{args.data}-{name}", source, data, work, target, args.smoke, search_overrides(args),
                                args.seed)
         print(f"{name}: {json.dumps(arms[name])}", flush=True)
     arms["autogluon"] = autogluon_arm(args.autogluon_python, data, work, two_epochs)
