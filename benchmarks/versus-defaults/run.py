@@ -292,7 +292,7 @@ def main() -> None:
     parser.add_argument("--exploit-start", choices=["checkpoint", "scratch"],
                         help="search.exploit.start of every sweep arm (unset: the file's); its results get a suffix.")
     parser.add_argument("--plateau-patience", choices=["off", "1", "2", "3", "4", "5", "6"],
-                        help="search.plateau_patience of every sweep arm (unset: the file's); its results get a suffix.")
+                        help="search.plateau_patience of every sweep arm (unset: the file's); results get a suffix.")
     parser.add_argument("--seed", type=int, default=EXAMPLE_SEED,
                         help="The seed of every arm (the sweeps' `seed`, the defaults' TrainingArguments seed): "
                              "samples at different seeds are independent draws of the arms' luck.")

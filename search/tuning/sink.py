@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from finesweep.search.selection.best import (BEST_SO_FAR, CHECKPOINT_SCORE, SINCE_BEST, best_of, betters, checkpoint_score,
-                                             evaluations_since_best)
+from finesweep.search.selection.best import (BEST_SO_FAR, CHECKPOINT_SCORE, SINCE_BEST, best_of, betters,
+                                             checkpoint_score, evaluations_since_best)
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import END_STATE_TAG, ERROR_TAG, RESUMED_TAG
 from finesweep.trainer.trial import BatchSplitError, DivergedError, TrialPlan
