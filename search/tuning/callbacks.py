@@ -18,8 +18,8 @@ from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import END_STATE_TAG, ERROR_TAG
 from finesweep.search.tuning.context import TrialContext
 from finesweep.spaces import SweepConfig
-from finesweep.spaces.space import BASELINE_KEY
 from finesweep.spaces.files import write_json_atomic
+from finesweep.spaces.space import BASELINE_KEY
 
 
 STEP_LEDGER = "step_budget.json"
@@ -107,6 +107,7 @@ class PlateauStopper(Stopper):
 
 
 def plateaued(result: dict[str, Any], patience: int | None) -> bool:
+    """Whether the trial that reported `result` has gone `patience` evaluations without a better best (None: off)."""
     return bool(patience) and int(result.get(SINCE_BEST) or 0) >= patience
 
 

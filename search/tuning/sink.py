@@ -23,7 +23,7 @@ class TuneMlflowSink:
                  trained_through: int = 0, best_so_far: float = math.nan, since_best: int = 0):
         self.tracker, self.run_id = tracker, run_id
         self.metric, self.mode = objective
-        # A resumed trial's start from the evaluations before its checkpoint.
+        # A resumed trial's best and its evaluations since that best count from those before its checkpoint.
         self.best_so_far, self.since_best = best_so_far, since_best
         # A resumed trial redoes the steps between its last checkpoint and the crash; MLflow already has them:
         # the evaluations up to logged_through, and the training logs (written more often) up to trained_through.

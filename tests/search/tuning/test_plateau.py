@@ -15,8 +15,8 @@ from finesweep.search.tuning.tuner import stoppers
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.space import BASELINE_KEY
 
-# A small data set learnt early: the best (0.7) is reached at the 2nd evaluation; the 3rd ties it, the 4th and 5th
-# fall short, so the 5th is the 3rd in a row not to better it. A later rise (0.8) is what a longer patience would see.
+# A small data set learnt early: the best (0.7) is reached at the 2nd evaluation; the 3rd ties it, the 4th falls short
+# and the 5th ties again: the 3rd in a row not to better it. A later rise (0.8) is what a longer patience would see.
 ACCURACIES = [0.5, 0.7, 0.7, 0.6, 0.7, 0.7, 0.8, 0.8]
 EVERY = 10
 
