@@ -48,9 +48,9 @@ export: {{quantization: [int8, onnx-int8]}}
 
 def one_model_sweep(name: str, seed: int, trials: int, every: int, steps: int, quantization: str = "int8",
                     resources: str = "") -> str:
-    """A random search over the learning rate of one tiny model, no early stopping, no baseline trial (it trains one
-    epoch, not max_steps): trials whose steps a test can count and interrupt (the controller, a worker or a rank
-    killed mid-trial)."""
+    """A random search over the learning rate of one tiny model, no early stopping (no ASHA, no plateau: a tiny
+    model's accuracy stalls at random), no baseline trial (it trains one epoch, not max_steps): trials whose steps a
+    test can count and interrupt (the controller, a worker or a rank killed mid-trial)."""
     return f"""
 name: {name}
 seed: {seed}
@@ -64,6 +64,7 @@ space:
 search:
   algorithm: random
   scheduler: none
+  plateau_patience: null
   baseline: "off"
   num_trials: {trials}
   metric: eval_accuracy

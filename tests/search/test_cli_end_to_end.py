@@ -62,6 +62,8 @@ def test_asha_stopped_some_trial_early(finished_sweep):
         evaluations = len(client.get_metric_history(run.info.run_id, "eval_accuracy"))
         if run.data.tags["finesweep.end_state"].startswith("stopped_early"):
             assert evaluations < EVALS_PER_TRIAL
+        elif run.data.tags["finesweep.end_state"].startswith("plateaued"):  # its loss no better for 3 evaluations
+            assert 4 <= evaluations < EVALS_PER_TRIAL
         elif run.data.tags["finesweep.end_state"] == "completed":
             assert evaluations == EVALS_PER_TRIAL
 
@@ -434,10 +436,10 @@ def test_a_time_limit_bounds_the_command_its_budget_stops_running_trials_and_the
     """`run --time-limit 85s`: the search gets what data, probe and the export's estimate leave (about 25 s on a busy
     2-core machine, past a trial worker's start and first evaluation); its end cuts the running trials."""
     tiny.classification_folder(tmp_path)
-    # No baseline: it trains one epoch, not max_steps, and may end before the budget does. No further training of the
-    # winner: the whole budget is the trials' (tests/search/tuning/test_exploit.py covers that share).
-    sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 2\n  fit_to_budget: false"
-                                                        "\n  baseline: \"off\"\n  exploit: {share: 0}")
+    # No baseline: it trains one epoch, not max_steps, and may end before the budget does; no plateau stop either. No
+    # further training of the winner: the whole budget is the trials' (tests/search/tuning/test_exploit.py covers it).
+    sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 2\n  fit_to_budget: false\n  baseline: \"off\""
+                                                        "\n  plateau_patience: null\n  exploit: {share: 0}")
              .replace(f"max_steps: {5 * EVALS_PER_TRIAL}", "max_steps: 100000"))
     (tmp_path / "sweep.yaml").write_text(sweep)
     started = time.monotonic()

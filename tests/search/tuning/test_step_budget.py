@@ -44,11 +44,12 @@ def test_a_resumed_sweep_keeps_the_steps_already_spent(tmp_path):
 @pytest.mark.slow  # about 70 s: the stopper is tested above; the time-budget sweep stops and exports the same way
 def test_step_budget_stops_the_trials_and_the_export_still_happens(tmp_path):
     tiny.classification_folder(tmp_path)
-    # Without ASHA every trial would run max_steps: NUM_TRIALS x max_steps = 180 steps, far above the budget. The plan
-    # is off (fit_to_budget): it would start only the trials the budget pays for, and this tests the stop itself.
+    # Without ASHA (or a plateau stop) every trial would run max_steps: NUM_TRIALS x max_steps = 180 steps, far above
+    # the budget. The plan is off (fit_to_budget): it would start only the trials the budget pays for, and this tests
+    # the stop itself.
     sweep = SWEEP.replace(f"num_trials: {NUM_TRIALS}",
-                          f"num_trials: {NUM_TRIALS}\n  scheduler: none\n  step_budget: {BUDGET}\n  fit_to_budget: false\n"
-                          f"  max_concurrent_trials: {CONCURRENT}")
+                          f"num_trials: {NUM_TRIALS}\n  scheduler: none\n  plateau_patience: null\n  step_budget: {BUDGET}\n"
+                          f"  fit_to_budget: false\n  max_concurrent_trials: {CONCURRENT}")
     assert f"eval_every_steps: {EVAL_EVERY}" in sweep and NUM_TRIALS * EVAL_EVERY * EVALS_PER_TRIAL > BUDGET
     (tmp_path / "sweep.yaml").write_text(sweep)
     result = finesweep("run", "sweep.yaml", cwd=tmp_path)
