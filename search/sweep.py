@@ -19,6 +19,7 @@ from finesweep.search.outputs.pareto_report import pick_export
 from finesweep.search.outputs.plots import log_sweep_plots
 from finesweep.search.probe.device import Device
 from finesweep.search.selection import baseline as baseline_comparison
+from finesweep.search.selection import equal_samples
 from finesweep.search.selection.best import Best, baseline_of
 from finesweep.search.selection.deploy import CPU_PREFIX
 from finesweep.search.selection.edges import edge_warnings
@@ -67,6 +68,7 @@ class Session(Measured):
     plan: dict[str, Any] | None = None  # what the plan decided and predicted (a new sweep's; a resume keeps its own)
     exploitation: dict[str, Any] | None = None  # what training the winner further did (search.exploit), when it ran
     no_export_reason: str = ""  # why the search left nothing to export, and the fix (callbacks.no_evaluation_reason)
+    equal_samples: dict[str, Any] | None = None  # the winner's trial against the baseline's at equal samples
 
 
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console,
@@ -204,7 +206,23 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     best = _exploit(session, setup, best, results, explored, continuing)
     session.console.leaderboard(tracker, session.experiment_id, session.parent, config.search.metric, config.search.mode)
     session.clock.lap("search")
-    return best, baseline_of(results, config.search.metric, config.search.mode)
+    baseline = baseline_of(results, config.search.metric, config.search.mode)
+    session.equal_samples = _paired_with_baseline(session, results, best, baseline)
+    return best, baseline
+
+
+def _paired_with_baseline(session: Session, results, best: Best | None, baseline: Best | None) -> dict | None:
+    """The trial the export descends from against the baseline trial, each at its best evaluation within the
+    training samples both reached (equal_samples.paired): the recipe's own lead, apart from the longer training the
+    rest of the budget gave the winner. None where the baseline is the winner's origin or either lacks evaluations."""
+    if best is None or baseline is None:
+        return None
+    tuned = baseline_comparison.origin({"trial_id": best.trial_id, "exploitation": session.exploitation})
+    if tuned == baseline.trial_id:
+        return None
+    search = session.config.search
+    found = equal_samples.paired(exploit.histories(results, search.metric), tuned, baseline.trial_id, search.mode)
+    return found.as_dict() if found else None
 
 
 def _exploit(session: Session, setup, winner: Best | None, results, explored: float | None,
@@ -239,7 +257,7 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
         {"trial_id": best.trial_id, "exploitation": session.exploitation})  # a continuation's is its source's
     edges = [] if baseline_won else edge_warnings(best.params, session.config.space)  # the baseline is off-space
     exported = export_winner(session.config, session.folder, session.data, best, console, baseline, edges,
-                             session.exploitation)
+                             session.exploitation, session.equal_samples)
     registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)
     session.clock.lap("export")
     return {"best": best.as_dict(), "export_dir": str(exported.folder), "test_metrics": exported.metrics,
@@ -295,11 +313,15 @@ def _record_deploy(tracker: Tracker, parent: str, deploy: dict[str, Any], consol
 
 def _record_baseline(tracker: Tracker, parent: str, baseline: dict[str, Any], console: Console) -> None:
     """The baseline on the parent run (baseline_test_* and baseline_<validation metric> metrics, the gain, a causal
-    LM's untuned_test_*, the trial's tag) and the comparison on the console."""
+    LM's untuned_test_*, equal_samples_{tuned,baseline}_<validation metric>, the trial's tag) and the comparison on
+    the console."""
     metrics = {f"baseline_test_{name}": value for name, value in baseline["test"].items()}
     metrics.update({f"baseline_{name}": value for name, value in baseline["validation"].items()})
     metrics[f"gain_over_baseline_{baseline['metric']}"] = baseline["gain"]
     metrics.update({f"untuned_test_{name}": value for name, value in (baseline.get("untuned_test") or {}).items()})
+    if paired := baseline.get("equal_samples"):  # both trials at equal training samples, on validation
+        validation = next(iter(baseline["validation"]))
+        metrics.update({f"equal_samples_{role}_{validation}": paired[role] for role in ("tuned", "baseline")})
     tracker.log_metrics(parent, metrics, 0)
     tracker.set_tags(parent, {BASELINE_TRIAL_TAG: baseline["trial_id"]})
     console.step(baseline["sentence"][0].upper() + baseline["sentence"][1:])
@@ -336,14 +358,16 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
     check_backends(config)
     baseline = Best.from_dict(summary["baseline_trial"]) if summary.get("baseline_trial") else None
     exported = export_winner(config, folder, prepare_data(config, folder, console), best, console, baseline,
-                             summary.get("edge_warnings"), summary.get("exploitation"))
+                             summary.get("edge_warnings"), summary.get("exploitation"),
+                             (summary.get("baseline") or {}).get("equal_samples"))
     record_export(config, Tracker(state["tracking_uri"]), state["experiment_id"], state["parent_run_id"], exported,
                   best, console)
     return exported
 
 
 def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console,
-                  baseline=None, edges: list[str] | None = None, exploitation: dict[str, Any] | None = None):
+                  baseline=None, edges: list[str] | None = None, exploitation: dict[str, Any] | None = None,
+                  equal_samples: dict[str, Any] | None = None):
     console.step(f"Exporting the best checkpoint (trial {best.trial_id}, step {best.step}) and quantizing")
     tokenizer = load_tokenizer(config.candidate(best.model), config.trust_remote_code)
     test_split = data_module.load_tokenized(Path(data.tokenized[best.model]))["test"]
@@ -351,7 +375,8 @@ def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep,
                          test_split=test_split, collate=data_module.collator(tokenizer, config.data.task),
                          best={**best.as_dict(), **({"exploitation": exploitation} if exploitation else {})},
                          out_dir=folder.export_dir(config), label_names=data.prepared.label_names,
-                         log_file=folder.log_file, baseline=baseline.as_dict() if baseline else None,
+                         log_file=folder.log_file,
+                         baseline={**baseline.as_dict(), "equal_samples": equal_samples} if baseline else None,
                          search_warnings=edges)
     console.export_table(result)
     return result

@@ -6,7 +6,8 @@ more per sample overtakes. On the tweets (benchmarks/README.md, eleventh session
 one at 95 s of trials (validation 0.694 after 3,424 samples against 0.677 after 1,264), was trained on for 196 s
 and ended 2.3 points under one epoch of the 6-layer model's defaults; at equal samples the 6-layer led (0.677 at
 1,264 against 0.573 at 1,712). Recipes of one model keep the search's comparison (equal seconds, the best
-evaluation). Pure: evaluation histories in, a choice and its reason out.
+evaluation). The same pairing tells how much of a winner's lead over the baseline trial is its recipe's, not the
+longer training the rest of the budget gave it (`paired`). Pure: evaluation histories in, a choice and its reason out.
 """
 
 from __future__ import annotations
@@ -64,6 +65,32 @@ def choose_model(histories: list[History], searched_best: str, mode: str) -> Mod
     if ordered[model] == values.get(searched_best):
         model = searched_best  # a tie keeps the search's pick
     return ModelChoice(model, samples, ordered, model != searched_best)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Two trials' best evaluations within the first `samples` training samples of each (the fewer of their
+    furthest): the winning recipe against the baseline's, before the winner trained longer than the baseline could."""
+
+    samples: int
+    tuned: float
+    baseline: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"samples": self.samples, "tuned": self.tuned, "baseline": self.baseline}
+
+
+def paired(histories: list[History], tuned_trial: str, baseline_trial: str, mode: str) -> Paired | None:
+    """The tuned trial against the baseline trial at equal training samples, or None where either has no finite
+    evaluation within the samples both reached (a first evaluation past them would lean the comparison its way)."""
+    finite = {h.trial_id: [(s, v) for s, v in h.evaluations if math.isfinite(v)] for h in histories}
+    tuned, baseline = finite.get(tuned_trial), finite.get(baseline_trial)
+    if not tuned or not baseline:
+        return None
+    samples = min(max(s for s, _ in tuned), max(s for s, _ in baseline))
+    best = max if mode == "max" else min
+    within = [[v for s, v in evaluations if s <= samples] for evaluations in (tuned, baseline)]
+    return Paired(samples, best(within[0]), best(within[1])) if all(within) else None
 
 
 def _value_within(trials: list[History], samples: int, mode: str) -> float:

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from finesweep.search.selection.equal_samples import History, paired
 from tests import tiny
-from tests.sweeps import EVALS_PER_TRIAL, NUM_TRIALS, SWEEP, finesweep, free_port, get_json, store
+from tests.sweeps import EVALS_PER_TRIAL, NUM_TRIALS, SWEEP, finesweep, free_port, get_json, store, tune_results
 
 def test_mlflow_holds_one_parent_and_a_nested_run_per_trial_with_every_evaluation(finished_sweep):
     _, sweep_dir, _ = finished_sweep
@@ -175,6 +176,17 @@ def test_the_baseline_trains_first_unstopped_and_every_output_says_how_the_winne
     assert "## Against the baseline" in card and baseline["sentence"][1:] in card
     console = " ".join(result.stdout.split())
     assert baseline["sentence"][1:] in console
+    # The winner's trial against the baseline's at equal training samples, from Tune's own results.
+    evaluations = {trial.removeprefix("trial-"): [(r["step"] * r["config"]["effective_batch_size"], r["eval_loss"])
+                                                  for r in results if "eval_loss" in r]
+                   for trial, results in tune_results(sweep_dir).items()}
+    pair = None if baseline["baseline_won"] else paired(
+        [History(trial, "", tuple(found)) for trial, found in evaluations.items()], summary["best"]["trial_id"],
+        baseline["trial_id"], "min")
+    assert baseline["equal_samples"] == (pair.as_dict() if pair else None)
+    if pair:
+        assert parent.metrics["equal_samples_tuned_eval_loss"] == pair.tuned
+        assert parent.metrics["equal_samples_baseline_eval_loss"] == pair.baseline
     assert f"trial-{baseline['trial_id']} *" in console and "* the baseline: the recipe a user would run" in console
 
 

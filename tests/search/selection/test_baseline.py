@@ -142,6 +142,16 @@ def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_
                      {**base, "step": 172, "params": {"effective_batch_size": 8}})
     assert longer["sentence"].endswith("; the baseline trained on 1,376 samples inside the sweep's budget, the tuned "
                                        "model on 11,808: part of the gain is the longer training")
+    # With the two trials paired at equal samples (the sweep's equal_samples.paired), the recipe's own lead is said.
+    even = {"samples": 1376, "tuned": 0.728, "baseline": 0.694}
+    split = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.686},
+                    {**best, "trial_id": "c", "step": 1476, "params": {"effective_batch_size": 8}},
+                    {**base, "step": 172, "params": {"effective_batch_size": 8}, "equal_samples": even})
+    assert split["equal_samples"] == even and split["sentence"].endswith(
+        "part of the gain is the longer training (the best validation eval_loss within the first 1,376 samples of "
+        "each: 0.728 for the tuned recipe, 0.694 for the baseline)")
+    assert compare(Task.classification, {"accuracy": 0.7}, {"accuracy": 0.7}, {**best, "trial_id": "a"},
+                   {**base, "equal_samples": even})["equal_samples"] is None, "the baseline won: nothing to pair"
 
 
 def test_a_winner_on_the_edge_of_the_space_is_named_with_the_field_to_widen():

@@ -1,15 +1,17 @@
 """The rest of a time budget trains the model that leads at equal training samples (search/selection/equal_samples.py,
-search/tuning/exploit.py model_to_train)."""
+search/tuning/exploit.py model_to_train), and the winner's trial is compared with the baseline's there."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas
 
 from finesweep.search.selection.best import Best
-from finesweep.search.selection.equal_samples import History, choose_model
+from finesweep.search.selection.equal_samples import History, Paired, choose_model, paired
+from finesweep.search.sweep import _paired_with_baseline
 from finesweep.search.tuning import exploit
 
 # The plain file's trials on the second tweets slice (eleventh session): (samples, validation accuracy).
@@ -46,6 +48,22 @@ def test_a_loss_is_minimized_ties_keep_the_searchs_model_and_one_model_needs_no_
     assert choose_model([DEEP, diverged], "minilm-6", "max") is None, "a model with no finite evaluation"
 
 
+def test_the_winners_trial_and_the_baseline_are_paired_within_the_samples_both_reached():
+    """The quickstart's two trials (2026-11-29): the baseline (fp32) reached 1,496 samples, the file's recipe (bf16)
+    2,528; within 1,496 the recipe's best is its 0.728 at 1,264, against the baseline's 0.694."""
+    baseline = History("7feed13b", "minilm-mean", ((816, 0.646), (1496, 0.694)))
+    tuned = History("faf33212", "minilm-mean", ((1264, 0.728), (2528, 0.764)))
+    assert paired([baseline, tuned], "faf33212", "7feed13b", "max") == Paired(1496, 0.728, 0.694)
+    assert paired([baseline, tuned], "7feed13b", "faf33212", "max") == Paired(1496, 0.694, 0.728)
+    losses = [History("a", "m", ((100, 0.9), (200, 0.5))), History("b", "m", ((150, 0.7), (300, 0.4)))]
+    assert paired(losses, "b", "a", "min").as_dict() == {"samples": 200, "tuned": 0.7, "baseline": 0.5}
+    late = History("c", "m", ((3000, 0.8),))  # its first evaluation came after all of the baseline's samples
+    assert paired([baseline, late], "c", "7feed13b", "max") is None, "no evaluation of it within 1,496 samples"
+    diverged = History("d", "m", ((100, math.nan),))
+    assert paired([baseline, diverged], "d", "7feed13b", "max") is None
+    assert paired([baseline], "faf33212", "7feed13b", "max") is None, "a trial without results"
+
+
 class _Checkpoint:
     def __init__(self, path: str):
         self.path = path
@@ -76,3 +94,20 @@ def test_the_continuation_starts_from_the_chosen_models_best_trial_with_the_sent
     alone = [_Result(DEEP, 8)]
     deep_best = Best("277f63be", 158, "eval_accuracy", 0.677, {"model": "minilm-6"}, Path("/x"), None)
     assert exploit.model_to_train(deep_best, alone, "eval_accuracy", "max") == (deep_best, None)
+
+
+def test_the_sweep_pairs_the_trial_its_export_descends_from_with_the_baseline_trial():
+    """From Tune's results as the sweep holds them: a continuation's export is paired through the trial it went on
+    from; nothing is paired where that trial is the baseline's."""
+    baseline, tuned = (History("7feed13b", "m", ((816, 0.646), (1496, 0.694))),
+                       History("faf33212", "m", ((1264, 0.728), (2528, 0.764))))
+    results = [_Result(baseline, 8), _Result(tuned, 8)]
+    config = SimpleNamespace(search=SimpleNamespace(metric="eval_accuracy", mode="max"))
+    continued = SimpleNamespace(config=config, exploitation={"source_trial": "faf33212", "continued": True})
+    export = Best("exploit-faf33212", 2210, "eval_accuracy", 0.79, {"model": "m"}, Path("/x"), None)
+    base = Best("7feed13b", 187, "eval_accuracy", 0.694, {"model": "m"}, Path("/y"), None)
+    assert _paired_with_baseline(continued, results, export, base) == {"samples": 1496, "tuned": 0.728,
+                                                                       "baseline": 0.694}
+    of_baseline = SimpleNamespace(config=config, exploitation={"source_trial": "7feed13b", "continued": True})
+    assert _paired_with_baseline(of_baseline, results, export, base) is None
+    assert _paired_with_baseline(continued, results, export, None) is None, "no baseline trial ran"
