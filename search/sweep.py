@@ -211,7 +211,8 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     return best, baseline
 
 
-def _paired_with_baseline(session: Session, results, best: Best | None, baseline: Best | None) -> dict | None:
+def _paired_with_baseline(session: Session, results, best: Best | None,
+                          baseline: Best | None) -> dict[str, Any] | None:
     """The trial the export descends from against the baseline trial, each at its best evaluation within the
     training samples both reached (equal_samples.paired): the recipe's own lead, apart from the longer training the
     rest of the budget gave the winner. None where the baseline is the winner's origin or either lacks evaluations."""
@@ -367,7 +368,7 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
 
 def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console,
                   baseline=None, edges: list[str] | None = None, exploitation: dict[str, Any] | None = None,
-                  equal_samples: dict[str, Any] | None = None):
+                  paired: dict[str, Any] | None = None):
     console.step(f"Exporting the best checkpoint (trial {best.trial_id}, step {best.step}) and quantizing")
     tokenizer = load_tokenizer(config.candidate(best.model), config.trust_remote_code)
     test_split = data_module.load_tokenized(Path(data.tokenized[best.model]))["test"]
@@ -376,7 +377,7 @@ def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep,
                          best={**best.as_dict(), **({"exploitation": exploitation} if exploitation else {})},
                          out_dir=folder.export_dir(config), label_names=data.prepared.label_names,
                          log_file=folder.log_file,
-                         baseline={**baseline.as_dict(), "equal_samples": equal_samples} if baseline else None,
+                         baseline={**baseline.as_dict(), "equal_samples": paired} if baseline else None,
                          search_warnings=edges)
     console.export_table(result)
     return result

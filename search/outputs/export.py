@@ -74,10 +74,10 @@ def export_best(
     """Write out_dir/{model, model-<method>..., [adapter], metrics.json, sweep.json, README.md}; return metrics
     and warnings. A LoRA winner is exported merged (`model`) and also as the adapter alone (`adapter`).
 
-    `baseline` (the baseline trial's best evaluation, as `best`, with the sweep's `equal_samples` pairing): measured on
-    the test split as the full model is, and compared with it; `search_warnings` (a winner on the edge of the space) join the export's warnings, on the
-    console and in the card. A variant that cannot be made is left out (`ExportResult.not_made`), its traceback
-    logged for `log_file`.
+    `baseline` (the baseline trial's best evaluation, as `best`, with the sweep's `equal_samples` pairing): measured
+    on the test split as the full model is, and compared with it; `search_warnings` (a winner on the edge of the
+    space) join the export's warnings, on the console and in the card. A variant that cannot be made is left out
+    (`ExportResult.not_made`), its traceback logged for `log_file`.
     `label_names` is only needed for a LoRA checkpoint whose folder holds no config with id2label and whose test
     split has no ClassLabel feature (the base model's head is rebuilt from them before the adapter is merged).
     """
