@@ -19,15 +19,12 @@ from finesweep.search.outputs.pareto_report import pick_export
 from finesweep.search.outputs.plots import log_sweep_plots
 from finesweep.search.probe.device import Device
 from finesweep.search.selection import baseline as baseline_comparison
-from finesweep.search.selection import equal_samples
 from finesweep.search.selection.best import Best, baseline_of
-from finesweep.search.selection.deploy import CPU_PREFIX
 from finesweep.search.selection.edges import edge_warnings
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
-from finesweep.search.tracking.registry import register_export
+from finesweep.search.tracking.export_record import record_export
 from finesweep.search.tracking.spool import SPOOL_FOLDER
-from finesweep.search.tracking.tags import (BASELINE_TRIAL_TAG, BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG,
-                                            DEPLOY_CPU_TAG, DEPLOY_TAG, DEVICE_TAG, EXPORT_COMPLETE_TAG, GIT_COMMIT_TAG,
+from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEVICE_TAG, GIT_COMMIT_TAG,
                                             GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
 from finesweep.search.tuning import exploit, exploit_outcome
 from finesweep.search.tuning.context import TrialContext, allotted_time
@@ -207,23 +204,12 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     session.console.leaderboard(tracker, session.experiment_id, session.parent, config.search.metric, config.search.mode)
     session.clock.lap("search")
     baseline = baseline_of(results, config.search.metric, config.search.mode)
-    session.equal_samples = _paired_with_baseline(session, results, best, baseline)
+    if best is not None:
+        session.equal_samples = baseline_comparison.paired_with(
+            exploit.histories(results, config.search.metric), {"trial_id": best.trial_id,
+                                                                "exploitation": session.exploitation},
+            baseline.trial_id if baseline else None, config.search.mode)
     return best, baseline
-
-
-def _paired_with_baseline(session: Session, results, best: Best | None,
-                          baseline: Best | None) -> dict[str, Any] | None:
-    """The trial the export descends from against the baseline trial, each at its best evaluation within the
-    training samples both reached (equal_samples.paired): the recipe's own lead, apart from the longer training the
-    rest of the budget gave the winner. None where the baseline is the winner's origin or either lacks evaluations."""
-    if best is None or baseline is None:
-        return None
-    tuned = baseline_comparison.origin({"trial_id": best.trial_id, "exploitation": session.exploitation})
-    if tuned == baseline.trial_id:
-        return None
-    search = session.config.search
-    found = equal_samples.paired(exploit.histories(results, search.metric), tuned, baseline.trial_id, search.mode)
-    return found.as_dict() if found else None
 
 
 def _exploit(session: Session, setup, winner: Best | None, results, explored: float | None,
@@ -266,75 +252,6 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
             "export_complete": not exported.not_made, "export_not_made": exported.not_made,
             "baseline": exported.baseline or None, "baseline_trial": baseline.as_dict() if baseline else None,
             "edge_warnings": edges, "exploitation": session.exploitation}
-
-
-def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, parent: str, exported, best,
-                  console: Console) -> list[str]:
-    """The export's test metrics, model card and metrics.json on the parent run, and its variants registered
-    (when export.register_model). Returns the registered model URIs. A registry that refuses (an old server, a
-    file store) costs a warning, never the export on disk."""
-    for variant, metrics in exported.metrics.items():
-        tracker.log_metrics(parent, {f"test_{variant}_{k}": v for k, v in metrics.items()}, 0)
-    _record_deploy(tracker, parent, exported.deploy, console)
-    tracker.set_tags(parent, {EXPORT_COMPLETE_TAG: str(not exported.not_made).lower()})
-    if exported.baseline:
-        _record_baseline(tracker, parent, exported.baseline, console)
-    tracker.log_file(parent, exported.folder / "README.md", "export")
-    tracker.log_file(parent, exported.folder / "metrics.json", "export")
-    if exported.generations is not None:
-        _log_generations(tracker, parent, exported.generations)
-    if not config.export.register_model:
-        return []
-    try:
-        versions = register_export(config, tracker, experiment_id, parent, exported.folder, exported.metrics,
-                                   best.as_dict())
-    except Exception as error:  # noqa: BLE001 - the export folder is the deliverable; the registry is a copy
-        console.warn(f"export: the model registry at {tracker.uri} refused the export ({type(error).__name__}: "
-                     f"{error}); the export folder {exported.folder} is complete. Set export.register_model: false to skip.")
-        return []
-    console.step("Registered " + ", ".join(f"{v.model_uri} ({v.variant})" for v in versions))
-    return [v.model_uri for v in versions]
-
-
-def _record_deploy(tracker: Tracker, parent: str, deploy: dict[str, Any], console: Console) -> None:
-    """The variant to serve, on the parent run (a tag, and its speed-ups as metrics: deploy_speedup_batch1, ...) and
-    on the console."""
-    if not deploy:
-        return
-    on_cpu = deploy.get("on_cpu") or {}
-    tracker.set_tags(parent, {DEPLOY_TAG: deploy["variant"], **({DEPLOY_CPU_TAG: on_cpu["variant"]} if on_cpu else {})})
-    speedups = {f"deploy_{prefix}{key}": value for prefix, choice in (("", deploy), (CPU_PREFIX, on_cpu))
-                for key, value in choice.items() if key.startswith("speedup_") and value}
-    if speedups:
-        tracker.log_metrics(parent, speedups, 0)
-    console.step(f"Deploy: {deploy['variant']} ({deploy['reason']})")
-    if on_cpu:
-        console.step(f"Deploy on a CPU: {on_cpu['variant']} ({on_cpu['reason']})")
-
-
-def _record_baseline(tracker: Tracker, parent: str, baseline: dict[str, Any], console: Console) -> None:
-    """The baseline on the parent run (baseline_test_* and baseline_<validation metric> metrics, the gain, a causal
-    LM's untuned_test_*, equal_samples_{tuned,baseline}_<validation metric>, the trial's tag) and the comparison on
-    the console."""
-    metrics = {f"baseline_test_{name}": value for name, value in baseline["test"].items()}
-    metrics.update({f"baseline_{name}": value for name, value in baseline["validation"].items()})
-    metrics[f"gain_over_baseline_{baseline['metric']}"] = baseline["gain"]
-    metrics.update({f"untuned_test_{name}": value for name, value in (baseline.get("untuned_test") or {}).items()})
-    if paired := baseline.get("equal_samples"):  # both trials at equal training samples, on validation
-        validation = next(iter(baseline["validation"]))
-        metrics.update({f"equal_samples_{role}_{validation}": paired[role] for role in ("tuned", "baseline")})
-    tracker.log_metrics(parent, metrics, 0)
-    tracker.set_tags(parent, {BASELINE_TRIAL_TAG: baseline["trial_id"]})
-    console.step(baseline["sentence"][0].upper() + baseline["sentence"][1:])
-
-
-def _log_generations(tracker: Tracker, parent: str, path: Path) -> None:
-    """generations.json on the parent run, and its answers as an MLflow table (one row per prompt, a column per
-    variant), which the UI shows side by side."""
-    tracker.log_file(parent, path, "export")
-    examples = json.loads(path.read_text(encoding="utf-8"))["examples"]
-    columns = {name: [row.get(name, "") for row in examples] for name in examples[0]}
-    tracker.log_table(parent, columns, "export/generations_table.json")
 
 
 def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | None,

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from finesweep.search.selection.deploy import PRIMARY
+from finesweep.search.selection.equal_samples import History, paired
 from finesweep.spaces import Task
 
 # The quality metrics compared, per task (timings and sizes are the export's business, not the baseline's).
@@ -50,6 +51,18 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
         "baseline_won": won, "sentence": said, "untuned_test": quality(untuned, task) if untuned else None,
         "equal_samples": paired,
     }
+
+
+def paired_with(histories: list[History], best: dict[str, Any], baseline_trial: str | None,
+                mode: str) -> dict[str, float] | None:
+    """The trial the export descends from (origin(best)) against the baseline trial at equal training samples
+    (equal_samples.paired), as summary.json keeps it: the recipe's own lead, apart from the longer training the rest of
+    the budget gave the winner. None where no baseline ran, it is that trial, or either lacks evaluations there."""
+    tuned = origin(best)
+    if baseline_trial is None or tuned == baseline_trial:
+        return None
+    found = paired(histories, tuned, baseline_trial, mode)
+    return found.as_dict() if found else None
 
 
 def _samples(pick: dict[str, Any]) -> int:

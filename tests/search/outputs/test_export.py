@@ -303,7 +303,7 @@ def test_record_export_puts_the_generations_on_the_parent_run(tmp_path):
     """generations.json as an artifact and its answers as an MLflow table; gen_* among the parent's test metrics."""
     from finesweep.search.outputs.console import Console
     from finesweep.search.outputs.export import ExportResult, _write_generations
-    from finesweep.search.sweep import record_export
+    from finesweep.search.tracking.export_record import record_export
     from finesweep.search.tracking.client import Tracker
 
     metrics = {"full": {"loss": 1.0, "gen_exact_match": 0.5}, "int8": {"loss": 1.1, "gen_exact_match": 0.0}}
@@ -331,7 +331,7 @@ def test_record_export_puts_the_generations_on_the_parent_run(tmp_path):
 def test_the_parent_run_and_the_console_name_the_cpu_pick_beside_the_devices(tmp_path, capsys):
     from finesweep.search.outputs.console import Console
     from finesweep.search.selection.deploy import deploy_choices, with_speedups
-    from finesweep.search.sweep import _record_deploy
+    from finesweep.search.tracking.export_record import record_deploy
     from finesweep.search.tracking.client import Tracker
 
     metrics = with_speedups({
@@ -343,7 +343,7 @@ def test_the_parent_run_and_the_console_name_the_cpu_pick_beside_the_devices(tmp
                       "cpu_latency_ms_batch1": 3.0, "cpu_ms_per_sample_batch32": 1.0}})
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
     parent = tracker.start_run(tracker.experiment("deploy", tmp_path / "artifacts"), "parent")
-    _record_deploy(tracker, parent, deploy_choices(metrics, Task.classification, 0.01), Console())
+    record_deploy(tracker, parent, deploy_choices(metrics, Task.classification, 0.01), Console())
     run = tracker.client.get_run(parent)
     assert run.data.tags["finesweep.deploy_variant"] == "int8"
     assert run.data.tags["finesweep.deploy_variant_cpu"] == "onnx-int8"

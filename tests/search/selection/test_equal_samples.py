@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import pandas
 
+from finesweep.search.selection.baseline import paired_with
 from finesweep.search.selection.best import Best
 from finesweep.search.selection.equal_samples import History, Paired, choose_model, paired
-from finesweep.search.sweep import _paired_with_baseline
 from finesweep.search.tuning import exploit
 
 # The plain file's trials on the second tweets slice (eleventh session): (samples, validation accuracy).
@@ -101,13 +100,9 @@ def test_the_sweep_pairs_the_trial_its_export_descends_from_with_the_baseline_tr
     from; nothing is paired where that trial is the baseline's."""
     baseline, tuned = (History("7feed13b", "m", ((816, 0.646), (1496, 0.694))),
                        History("faf33212", "m", ((1264, 0.728), (2528, 0.764))))
-    results = [_Result(baseline, 8), _Result(tuned, 8)]
-    config = SimpleNamespace(search=SimpleNamespace(metric="eval_accuracy", mode="max"))
-    continued = SimpleNamespace(config=config, exploitation={"source_trial": "faf33212", "continued": True})
-    export = Best("exploit-faf33212", 2210, "eval_accuracy", 0.79, {"model": "m"}, Path("/x"), None)
-    base = Best("7feed13b", 187, "eval_accuracy", 0.694, {"model": "m"}, Path("/y"), None)
-    assert _paired_with_baseline(continued, results, export, base) == {"samples": 1496, "tuned": 0.728,
-                                                                       "baseline": 0.694}
-    of_baseline = SimpleNamespace(config=config, exploitation={"source_trial": "7feed13b", "continued": True})
-    assert _paired_with_baseline(of_baseline, results, export, base) is None
-    assert _paired_with_baseline(continued, results, export, None) is None, "no baseline trial ran"
+    histories = exploit.histories([_Result(baseline, 8), _Result(tuned, 8)], "eval_accuracy")
+    continued = {"trial_id": "exploit-faf33212", "exploitation": {"source_trial": "faf33212", "continued": True}}
+    assert paired_with(histories, continued, "7feed13b", "max") == {"samples": 1496, "tuned": 0.728, "baseline": 0.694}
+    of_baseline = {**continued, "exploitation": {"source_trial": "7feed13b", "continued": True}}
+    assert paired_with(histories, of_baseline, "7feed13b", "max") is None
+    assert paired_with(histories, continued, None, "max") is None, "no baseline trial ran"
