@@ -30,13 +30,13 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
     won = baseline_trial["trial_id"] == origin(best)
     gain = _gain(winner[name], baseline[name], higher_is_better)
     said = sentence(name, winner[name], baseline[name], gain, higher_is_better, won, origin(best) != best["trial_id"])
-    paired = baseline_trial.get("equal_samples") if not won else None
+    pair = baseline_trial.get("equal_samples") if not won else None
     if not won and (trained := _samples(best)) > (reference := _samples(baseline_trial)) > 0:
         said += (f"; the baseline trained on {reference:,} samples inside the sweep's budget, the tuned model on "
                  f"{trained:,}: part of the gain is the longer training")
-        if paired:
-            said += (f" (the best validation {baseline_trial['metric']} within the first {paired['samples']:,} "
-                     f"samples of each: {paired['tuned']:.4g} for the tuned recipe, {paired['baseline']:.4g} for the "
+        if pair:
+            said += (f" (the best validation {baseline_trial['metric']} within the first {pair['samples']:,} "
+                     f"samples of each: {pair['tuned']:.4g} for the tuned recipe, {pair['baseline']:.4g} for the "
                      "baseline)")
     if won and (rate := (best.get("params") or {}).get("dropout")) != baseline_trial["params"].get("dropout"):
         said += (f"; trained further with the space's dropout {rate:g} (the baseline trial kept the checkpoint's, as a "
@@ -49,7 +49,7 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
         "winner_test": quality(winner, task), "metric": name, "gain": gain,
         "gain_unit": "points" if higher_is_better else "percent", "validation_gain": best["value"] - baseline_trial["value"],
         "baseline_won": won, "sentence": said, "untuned_test": quality(untuned, task) if untuned else None,
-        "equal_samples": paired,
+        "equal_samples": pair,
     }
 
 
