@@ -20,7 +20,8 @@ from finesweep.search.probe.device import Device, check_deepspeed, resolve_devic
 from finesweep.search.probe.export_fit import fit_export
 from finesweep.search.probe.plan import RAY_START_SECONDS, apply, plan_search
 from finesweep.search.probe.sharing import core_slots, gpu_slots
-from finesweep.search.probe.steer import dominated_precisions, slow_values, unmeasured_precisions, without
+from finesweep.search.probe.steer import (dominated_precisions, fastest_first, slow_values, unmeasured_precisions,
+                                          without)
 from finesweep.search.probe.answers import machine_probe_file
 from finesweep.search.probe.table import ProbeResult, probe_all, probe_worker
 from finesweep.search.probe.worker import ProbeWorker
@@ -157,7 +158,7 @@ def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str,
                    console: Console) -> tuple[SweepConfig, list[str]]:
     """Precisions and methods far slower than the alternatives on this machine leave the space
     (search.min_relative_speed), and so does a reduced precision slower than fp32 or left unmeasured by the probe's
-    share of a time limit."""
+    share of a time limit. The precisions kept come fastest first (on the first model listed): see fastest_first."""
     measured = {key: result for key, result in probes.items() if not result.not_measured}
     removals = unmeasured_precisions(probes)
     for removal in slow_values(measured, config.search.min_relative_speed) + dominated_precisions(measured):
@@ -165,12 +166,11 @@ def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str,
             removals.append(removal)
     for removal in removals:
         console.warn(f"{removal.dimension} {removal.value} removed from the space: {removal.reason}")
-    if not removals:
-        return config, precisions
-    config, precisions, warnings = without(config, precisions, removals, probes)
-    for warning in warnings:
-        console.warn(warning)
-    return config, precisions
+    if removals:
+        config, precisions, warnings = without(config, precisions, removals, probes)
+        for warning in warnings:
+            console.warn(warning)
+    return config, fastest_first(precisions, config.model_names[0], measured)
 
 
 def _export_thread_ratio(config: SweepConfig, device: Device) -> float:

@@ -91,12 +91,13 @@ def suggest_or_baseline(trial: Any, space: SpaceConfig, models: list[str], preci
     return suggest(trial, space, models, precisions)
 
 
-def centre_point(space: SpaceConfig) -> dict[str, Any]:
+def centre_point(space: SpaceConfig, models: list[str], precisions: list[str]) -> dict[str, Any]:
     """The middle of the space, where a first sampled trial informs most: each searched range's centre (geometric for
-    a log range: 1e-5..1e-3 -> 1e-4) and the middle effective batch size (the smaller of two). Model, precision and
-    method are left to the sampler."""
+    a log range: 1e-5..1e-3 -> 1e-4), the middle effective batch size (the smaller of two), the model listed first
+    (the one the user leads with) and the first of `precisions` (the probe orders them fastest first). The method is
+    left to the sampler: adapters or the whole model is a question the search asks, not a middle."""
     point: dict[str, Any] = {name: math.sqrt(dim.low * dim.high) if dim.log else (dim.low + dim.high) / 2
                              for name, dim in float_ranges(space).items()}
     batches = sorted(space.effective_batch_size)
-    point["effective_batch_size"] = batches[(len(batches) - 1) // 2]
+    point.update(effective_batch_size=batches[(len(batches) - 1) // 2], model=models[0], precision=precisions[0])
     return point

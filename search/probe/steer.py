@@ -97,8 +97,21 @@ def without(config: SweepConfig, precisions: list[str], removals: list[Removal],
     return config.model_copy(update={"space": space, "search": search}), precisions, warnings
 
 
+def fastest_first(precisions: list[str], model: str, probes: dict[str, ProbeResult]) -> list[str]:
+    """The precisions, the fastest the probe measured on `model` first (ties and unmeasured ones in the space's order).
+    The space's centre, the search's first sampled trial, trains in the first: mixed precision buys speed, and under a
+    time budget speed is samples trained."""
+    speed = _speeds(precisions, "precision", model, probes)
+    return sorted(precisions, key=lambda precision: -speed[precision])
+
+
 def _fastest(kept: list[str], dimension: str, model: Any, probes: dict[str, ProbeResult]) -> str:
-    speed = {value: max((r.samples_per_second for r in probes.values()
-                         if getattr(r, dimension) == value and model in (None, r.model)), default=0.0)
-             for value in kept}
+    speed = _speeds(kept, dimension, model, probes)
     return max(kept, key=lambda value: speed[value])
+
+
+def _speeds(kept: list[str], dimension: str, model: Any, probes: dict[str, ProbeResult]) -> dict[str, float]:
+    """Each value's best measured samples/s (on `model`, or on any model for None); 0 where none was measured."""
+    return {value: max((r.samples_per_second for r in probes.values()
+                        if getattr(r, dimension) == value and model in (None, r.model)), default=0.0)
+            for value in kept}

@@ -52,7 +52,7 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
     baseline = sweep_baseline(config, precisions)
     space = functools.partial(suggest_or_baseline, space=config.space, models=config.model_names,
                               precisions=precisions, baseline=baseline)
-    points = first_points(config)
+    points = first_points(config, precisions)
     if baseline is not None and points:
         points.insert(0, {})  # the baseline takes the study's first trial: the points follow it, none lost
     # With a second objective, metric and mode are lists and the study has two directions (TPE, random and grid
@@ -63,12 +63,12 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
                         points_to_evaluate=points or None)
 
 
-def first_points(config: SweepConfig) -> list[dict[str, Any]]:
+def first_points(config: SweepConfig, precisions: list[str]) -> list[dict[str, Any]]:
     """What the sampler tries before it samples: the user's initial points, or else (TPE) the space's centre, which
     tells its model more than a random first draw. Random and grid searches sample from the start."""
     if config.search.initial_points:
         return [dict(point) for point in config.search.initial_points]
-    return [centre_point(config.space)] if config.search.algorithm == "tpe" else []
+    return [centre_point(config.space, config.model_names, precisions)] if config.search.algorithm == "tpe" else []
 
 
 def sweep_baseline(config: SweepConfig, precisions: list[str]) -> dict[str, Any] | None:

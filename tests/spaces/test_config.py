@@ -155,7 +155,7 @@ def test_a_space_without_learning_rate_searches_its_methods_default_range(method
     space = SpaceConfig.model_validate({"method": methods} if methods else {})
     assert space.learning_rate == FloatRange(low=low, high=high, log=True)
     # the centre, where TPE's first sampled trial goes: the Trainer's 5e-5 for full fine-tuning, peft's 2e-4 for LoRA
-    assert centre_point(space)["learning_rate"] == pytest.approx(centre, rel=0.02)
+    assert centre_point(space, ["m"], ["fp32"])["learning_rate"] == pytest.approx(centre, rel=0.02)
 
 
 def test_a_learning_rate_the_user_sets_is_kept_and_dumped_as_resolved():
@@ -260,7 +260,7 @@ def test_dropout_is_auto_until_planned_the_checkpoints_own_by_its_word_fixed_or_
     searched = SpaceConfig(dropout={"low": 0.0, "high": 0.1})
     trial = study.ask()
     assert "dropout" not in suggest(trial, searched, ["a"], ["fp32"]) and 0.0 <= trial.params["dropout"] <= 0.1
-    assert centre_point(searched)["dropout"] == pytest.approx(0.05)
+    assert centre_point(searched, ["a"], ["fp32"])["dropout"] == pytest.approx(0.05)
     assert SpaceConfig().point_problem({"dropout": 0.0}, ["a"]).startswith("dropout is not searched (space.dropout")
     assert searched.point_problem({"dropout": 0.2}, ["a"]) == "dropout=0.2 lies outside the space's range [0, 0.1]"
     with pytest.raises(ValueError, match=r"must be a rate in \[0, 1\), a range \{low, high\}, `checkpoint` .* or "

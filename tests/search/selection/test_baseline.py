@@ -171,12 +171,16 @@ def test_a_winner_on_the_edge_of_the_space_is_named_with_the_field_to_widen():
 
 
 def test_without_initial_points_tpe_tries_the_baseline_then_the_spaces_centre():
-    config = _config({"learning_rate": {"low": 1e-5, "high": 1e-3, "log": True}, "effective_batch_size": [8, 16, 32],
-                      "warmup_ratio": {"low": 0.0, "high": 0.2}})
-    searcher = make_searcher(config, ["fp32"])
+    config = SweepConfig.model_validate({
+        **MINIMAL, "models": [{"name": "first", "path": "p"}, {"name": "second", "path": "p"}],
+        "space": {"learning_rate": {"low": 1e-5, "high": 1e-3, "log": True}, "effective_batch_size": [8, 16, 32],
+                  "warmup_ratio": {"low": 0.0, "high": 0.2}, "precision": ["fp32", "bf16"]}})
+    # The probe orders the precisions fastest first (bf16 here); the baseline keeps the Trainer's fp32.
+    searcher = make_searcher(config, ["bf16", "fp32"])
     first, second, third = [searcher.suggest(f"t{i}") for i in range(3)]
-    assert first[BASELINE_KEY] is True
+    assert first[BASELINE_KEY] is True and (first["model"], first["precision"]) == ("first", "fp32")
     assert second["learning_rate"] == pytest.approx(1e-4) and second["effective_batch_size"] == 16
+    assert (second["model"], second["precision"]) == ("first", "bf16"), "the model listed first, the fastest precision"
     assert second["warmup_ratio"] == pytest.approx(0.1) and BASELINE_KEY not in second | third
     random = _config({"learning_rate": RANGE}, {"algorithm": "random", "baseline": "off"})
     assert make_searcher(random, ["fp32"]).suggest("t0")["learning_rate"] != pytest.approx(math.sqrt(1e-4 * 1e-3))
