@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from finesweep.search.selection.best import best_of
+
 
 @dataclass(frozen=True)
 class History:
@@ -88,14 +90,12 @@ def paired(histories: list[History], tuned_trial: str, baseline_trial: str, mode
     if not tuned or not baseline:
         return None
     samples = min(max(s for s, _ in tuned), max(s for s, _ in baseline))
-    best = max if mode == "max" else min
     within = [[v for s, v in evaluations if s <= samples] for evaluations in (tuned, baseline)]
-    return Paired(samples, best(within[0]), best(within[1])) if all(within) else None
+    return Paired(samples, best_of(within[0], mode), best_of(within[1], mode)) if all(within) else None
 
 
 def _value_within(trials: list[History], samples: int, mode: str) -> float:
-    best = max if mode == "max" else min
     within = [value for trial in trials for seen, value in trial.evaluations if seen <= samples]
     if within:
-        return best(within)
-    return best(min(trial.evaluations)[1] for trial in trials)  # each trial's first evaluation
+        return best_of(within, mode)
+    return best_of([min(trial.evaluations)[1] for trial in trials], mode)  # each trial's first evaluation
