@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+from finesweep.search.measure import steer_by_speed
 from finesweep.search.probe.steer import dominated_precisions, fastest_first, slow_values, without
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
@@ -57,6 +60,20 @@ def test_the_precisions_kept_come_fastest_first_on_the_model_listed_first():
     assert fastest_first(["fp32", "bf16"], "l6", probes) == ["bf16", "fp32"]
     assert fastest_first(["fp32", "bf16"], "l3", probes) == ["fp32", "bf16"]
     assert fastest_first(["fp32", "bf16"], "unprobed", probes) == ["fp32", "bf16"], "nothing measured: the file's order"
+
+
+def test_the_sweep_searches_the_kept_precisions_fastest_first_and_warns_of_each_removed():
+    config = SweepConfig.model_validate({"name": "s", "data": {"path": "d.csv"}, "space": {"precision": ["fp32", "bf16"]},
+                                         "models": [{"name": "l6", "path": "m"}, {"name": "l3", "path": "m"}]})
+    warned: list[str] = []
+    console = SimpleNamespace(warn=warned.append)
+    faster = _table({("l6", "fp32", "full"): 21.6, ("l6", "bf16", "full"): 34.4, ("l3", "fp32", "full"): 43.0,
+                     ("l3", "bf16", "full"): 70.0})
+    assert steer_by_speed(config, ["fp32", "bf16"], faster, console)[1] == ["bf16", "fp32"] and warned == []
+    slower = _table({("l6", "fp32", "full"): 5.8, ("l6", "bf16", "full"): 0.8, ("l3", "fp32", "full"): 11.2,
+                     ("l3", "bf16", "full"): 1.5})
+    assert steer_by_speed(config, ["fp32", "bf16"], slower, console)[1] == ["fp32"]
+    assert [line.split(":")[0] for line in warned] == ["precision bf16 removed from the space"]
 
 
 def test_a_value_slow_for_one_model_only_stays_and_zero_keeps_everything():
