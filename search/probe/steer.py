@@ -98,9 +98,9 @@ def without(config: SweepConfig, precisions: list[str], removals: list[Removal],
 
 
 def fastest_first(precisions: list[str], model: str, probes: dict[str, ProbeResult]) -> list[str]:
-    """The precisions, the fastest the probe measured on `model` first (ties and unmeasured ones in the space's order).
-    The space's centre, the search's first sampled trial, trains in the first: mixed precision buys speed, and under a
-    time budget speed is samples trained."""
+    """The precisions, the fastest the probe measured on `model` first (ties in the space's order, unmeasured ones
+    last). The space's centre, the search's first sampled trial, trains in the first: mixed precision buys speed, and
+    under a time budget speed is samples trained."""
     speed = _speeds(precisions, "precision", model, probes)
     return sorted(precisions, key=lambda precision: -speed[precision])
 
