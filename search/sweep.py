@@ -6,7 +6,7 @@ import json
 import logging
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from finesweep.search.outputs.pareto_report import pick_export
 from finesweep.search.outputs.plots import log_sweep_plots
 from finesweep.search.probe.device import Device
 from finesweep.search.selection import baseline as baseline_comparison
-from finesweep.search.selection.best import Best, baseline_of
+from finesweep.search.selection.best import Best, baseline_of, compared_params
 from finesweep.search.selection.edges import edge_warnings
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.tracking.export_record import record_export
@@ -66,6 +66,7 @@ class Session(Measured):
     exploitation: dict[str, Any] | None = None  # what training the winner further did (search.exploit), when it ran
     no_export_reason: str = ""  # why the search left nothing to export, and the fix (callbacks.no_evaluation_reason)
     equal_samples: dict[str, Any] | None = None  # the winner's trial against the baseline's at equal samples
+    compared: list[dict[str, Any]] = field(default_factory=list)  # the search's evaluated trials' hyperparameters
 
 
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console,
@@ -204,6 +205,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     session.console.leaderboard(tracker, session.experiment_id, session.parent, config.search.metric, config.search.mode)
     session.clock.lap("search")
     baseline = baseline_of(results, config.search.metric, config.search.mode)
+    session.compared = compared_params(results)
     if best is not None:
         session.equal_samples = baseline_comparison.paired_with(
             exploit.histories(results, config.search.metric), {"trial_id": best.trial_id,
@@ -242,7 +244,8 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
     tracker.log_metrics(parent, {f"best_{best.metric}": best.value}, best.step)
     baseline_won = baseline is not None and baseline.trial_id == baseline_comparison.origin(
         {"trial_id": best.trial_id, "exploitation": session.exploitation})  # a continuation's is its source's
-    edges = [] if baseline_won else edge_warnings(best.params, session.config.space)  # the baseline is off-space
+    edges = [] if baseline_won else edge_warnings(best.params, session.config.space,  # the baseline is off-space
+                                                  session.compared)
     exported = export_winner(session.config, session.folder, session.data, best, console, baseline, edges,
                              session.exploitation, session.equal_samples)
     registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)

@@ -118,6 +118,14 @@ def baseline_of(results, metric: str, mode: str) -> Best | None:
     return pick_best([result for result in results if (result.config or {}).get(BASELINE_KEY)], metric, mode)
 
 
+def compared_params(results) -> list[dict[str, Any]]:
+    """The sampled hyperparameters of every search trial that reported an evaluation (each report carries the
+    trial's best so far), the baseline's left out: the values the search compared."""
+    return [{k: v for k, v in result.config.items() if k in SAMPLED_KEYS} for result in results
+            if not (result.config or {}).get(BASELINE_KEY)
+            and math.isfinite(best_of([(result.metrics or {}).get(BEST_SO_FAR)], "max"))]
+
+
 def kept_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
     """A trial's kept checkpoints with the metrics of their evaluation. Tune keeps a single-process trial's. A
     data-parallel trial's are kept by Ray Train in the trial's own run folder (Tune gets only each one's path, as

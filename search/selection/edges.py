@@ -1,5 +1,6 @@
-"""A winner on the edge of the space: the best may lie beyond what was searched. Pure: the winner's hyperparameters
-and the space in, one sentence per edge out, each naming the field to widen."""
+"""A winner on the edge of the space: the best may lie beyond what was searched. Pure: the winner's hyperparameters,
+the space and the hyperparameters of the trials the search compared in, one sentence per edge out, each naming the
+field to widen."""
 
 from __future__ import annotations
 
@@ -15,14 +16,19 @@ EDGE_FRACTION = 0.05
 WIDEN_FACTOR = 2.0
 
 
-def edge_warnings(params: dict[str, Any], space: SpaceConfig) -> list[str]:
+def edge_warnings(params: dict[str, Any], space: SpaceConfig, compared: list[dict[str, Any]]) -> list[str]:
     """One sentence per searched dimension whose winning value sits at an end of the space (within EDGE_FRACTION of
-    a range's end, or the smallest or largest of two or more batch sizes), with the fix."""
+    a range's end, or the smallest or largest of two or more batch sizes), with the fix. Only a dimension of which
+    the search's trials (`compared`: each one's hyperparameters, the baseline's left out) tried two or more values
+    counts: there the winner beat another value and the trend points past the end. A value no other trial varied
+    (the space's centre alone in a short budget: batch 8 of [8, 16]) says nothing about what lies beyond it."""
+    varied = {name for name in (*float_ranges(space), "effective_batch_size")
+              if len({trial.get(name) for trial in compared}) > 1}
     warnings = [_range_edge(name, float(params[name]), dim) for name, dim in float_ranges(space).items()
-                if name in params]
+                if name in params and name in varied]
     batches = sorted(space.effective_batch_size)
     batch = params.get("effective_batch_size")
-    if len(batches) > 1 and batch in (batches[0], batches[-1]):
+    if "effective_batch_size" in varied and len(batches) > 1 and batch in (batches[0], batches[-1]):
         end, other = ("largest", batches[-1] * 2) if batch == batches[-1] else ("smallest", max(1, batches[0] // 2))
         warnings.append(f"the winner's effective_batch_size {batch} is the {end} in space.effective_batch_size "
                         f"{batches}: the best may lie beyond it; add {other} to space.effective_batch_size")

@@ -159,15 +159,53 @@ def test_a_winner_on_the_edge_of_the_space_is_named_with_the_field_to_widen():
 
     space = _config({"learning_rate": {"low": 5e-5, "high": 3e-4, "log": True}, "effective_batch_size": [8, 16, 32],
                      "warmup_ratio": {"low": 0.0, "high": 0.2}}).space
-    top = edge_warnings({"learning_rate": 2.9e-4, "effective_batch_size": 32, "warmup_ratio": 0.1}, space)
+    others = [{"learning_rate": 1e-4, "effective_batch_size": 16, "warmup_ratio": 0.05}]
+    winner = {"learning_rate": 2.9e-4, "effective_batch_size": 32, "warmup_ratio": 0.1}
+    top = edge_warnings(winner, space, [winner, *others])
     assert top == ["the winner's learning_rate 0.00029 lies at the top of space.learning_rate [5e-05, 0.0003]: the best "
                    "may lie beyond it; widen space.learning_rate.high (to 0.0006, say)",
                    "the winner's effective_batch_size 32 is the largest in space.effective_batch_size [8, 16, 32]: the "
                    "best may lie beyond it; add 64 to space.effective_batch_size"]
-    bottom = edge_warnings({"learning_rate": 5.2e-5, "effective_batch_size": 16, "warmup_ratio": 0.0}, space)
+    winner = {"learning_rate": 5.2e-5, "effective_batch_size": 16, "warmup_ratio": 0.0}
+    bottom = edge_warnings(winner, space, [winner, *others])
     # A warm-up of 0 at the bottom of [0, 0.2]: there is nothing below it to search.
     assert [w.split(";")[1].strip() for w in bottom] == ["widen space.learning_rate.low (to 2.5e-05, say)"]
-    assert edge_warnings({"learning_rate": 1.2e-4, "effective_batch_size": 16, "warmup_ratio": 0.1}, space) == []
+    winner = {"learning_rate": 1.2e-4, "effective_batch_size": 16, "warmup_ratio": 0.1}
+    assert edge_warnings(winner, space, [winner, *others]) == []
+
+
+def test_an_end_no_other_trial_varied_is_not_called_an_edge():
+    """The quickstart's short budget runs the baseline and the space's centre: batch 8 of [8, 16] wins without a
+    trial at 16, so nothing says a smaller batch would do better. Once another batch was tried and lost, it does."""
+    from finesweep.search.selection.edges import edge_warnings
+
+    space = _config({"learning_rate": {"low": 5e-5, "high": 3e-4, "log": True}, "effective_batch_size": [8, 16]}).space
+    centre = {"learning_rate": 1.22e-4, "effective_batch_size": 8}
+    assert edge_warnings(centre, space, [centre]) == []
+    same_batch = {"learning_rate": 2.5e-4, "effective_batch_size": 8}
+    assert edge_warnings(centre, space, [centre, same_batch]) == []
+    larger = {"learning_rate": 2.5e-4, "effective_batch_size": 16}
+    assert edge_warnings(centre, space, [centre, larger]) == [
+        "the winner's effective_batch_size 8 is the smallest in space.effective_batch_size [8, 16]: the best may lie "
+        "beyond it; add 4 to space.effective_batch_size"]
+    initial = {"learning_rate": 5.2e-5, "effective_batch_size": 8}  # an initial point at the bottom, alone
+    assert edge_warnings(initial, space, [initial]) == []
+
+
+def test_the_compared_trials_are_the_searchs_evaluated_ones_not_the_baseline():
+    from types import SimpleNamespace
+
+    from finesweep.search.selection.best import BEST_SO_FAR, compared_params
+    from finesweep.spaces.space import BASELINE_KEY
+
+    def result(config, best_so_far):
+        return SimpleNamespace(config=config, metrics={BEST_SO_FAR: best_so_far} if best_so_far is not None else {})
+
+    results = [result({"learning_rate": 5e-5, "effective_batch_size": 8, BASELINE_KEY: True}, 0.70),
+               result({"learning_rate": 1.2e-4, "effective_batch_size": 8, "trial_index": 1}, 0.73),
+               result({"learning_rate": 2.5e-4, "effective_batch_size": 16}, None),  # never evaluated
+               result({"learning_rate": 3e-4, "effective_batch_size": 16}, float("nan"))]  # diverged
+    assert compared_params(results) == [{"learning_rate": 1.2e-4, "effective_batch_size": 8}]
 
 
 def test_without_initial_points_tpe_tries_the_baseline_then_the_spaces_centre():
