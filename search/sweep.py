@@ -289,7 +289,8 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
 def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console,
                   baseline=None, edges: list[str] | None = None, exploitation: dict[str, Any] | None = None,
                   paired: dict[str, Any] | None = None):
-    console.step(f"Exporting the best checkpoint (trial {best.trial_id}, step {best.step}) and quantizing")
+    name = baseline_comparison.export_name({"trial_id": best.trial_id, "exploitation": exploitation})
+    console.step(f"Exporting the best checkpoint ({name}, step {best.step}) and quantizing")
     tokenizer = load_tokenizer(config.candidate(best.model), config.trust_remote_code)
     test_split = data_module.load_tokenized(Path(data.tokenized[best.model]))["test"]
     result = export_best(config=config, checkpoint_dir=best.checkpoint_dir, tokenizer_source=best.checkpoint_dir,

@@ -150,15 +150,17 @@ class TrialEventPrinter:
     def __call__(self, kind: str, trial, result: dict) -> None:
         if self._console is None:
             self._console = Console()
+        # The trial's name (Tune's str of it), as the leaderboard and MLflow show it: trial-<id> for the search's,
+        # exploit-<source> for a continuation, whose Tune id names nothing a user can look up.
         if kind == "end":
-            self._console.out.print(f"  trial {trial.trial_id} ended: {result.get('state')}")
+            self._console.out.print(f"  {trial} ended: {result.get('state')}")
             return
         c = trial.config
         shown = dict.fromkeys([self.metric, "eval_loss", "eval_accuracy"])
         values = " ".join(f"{k}={_fmt(result[k])}" for k in shown if k in result)
         dropout = f" dropout={c['dropout']:.2f}" if c.get("dropout") is not None else ""
         self._console.out.print(
-            f"  trial {trial.trial_id} {c.get('model')} {c.get('precision')} {_method(c)} "
+            f"  {trial} {c.get('model')} {c.get('precision')} {_method(c)} "
             f"lr={c.get('learning_rate', 0):.2e} batch={c.get('effective_batch_size')}{dropout}: step {result.get('step')} "
             f"{values}")
 

@@ -28,6 +28,11 @@ SINCE_BEST = "finesweep_evaluations_since_best"
 # (ray.tune.integration.ray_train.CHECKPOINT_PATH_KEY).
 TRAIN_CHECKPOINT_PATH = "checkpoint_path"
 
+# Names of trials (Tune's trial and folder names, and so the MLflow runs' and the leaderboard's): a search trial by its
+# id, the winner's continuation (search.exploit) by the trial it continues.
+SEARCH_TRIAL_PREFIX = "trial-"
+CONTINUATION_PREFIX = "exploit-"
+
 SAMPLED_KEYS = ("model", "precision", "method", "learning_rate", "effective_batch_size",
                 "warmup_ratio", "weight_decay", "dropout", "lora_r", "lora_alpha")
 
@@ -159,7 +164,7 @@ def persisted_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
 
     logged = (Result.from_path(str(path)).best_checkpoints or []) if _has_results(Path(path)) else []
     by_folder = {Path(checkpoint.path).name: (checkpoint, metrics) for checkpoint, metrics in logged}
-    trial = {"trial_id": Path(path).name.removeprefix("trial-")}
+    trial = {"trial_id": Path(path).name.removeprefix(SEARCH_TRIAL_PREFIX)}
     kept = []
     for folder in folders:
         checkpoint, metrics = by_folder.get(folder.name, (Checkpoint.from_directory(str(folder)), {}))

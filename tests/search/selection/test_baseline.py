@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from finesweep.search.selection.baseline import compare, origin
+from finesweep.search.selection.baseline import compare, export_name, origin
 from finesweep.search.tuning.context import baseline_length
 from finesweep.search.tuning.samplers import BaselineKeepingASHA, make_searcher
 from finesweep.spaces import SweepConfig, SweepFileError, Task
@@ -137,6 +137,9 @@ def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_
     assert origin({**best, "trial_id": "d", "exploitation": runner_up}) == "b"
     assert origin({**best, "trial_id": "c", "exploitation": {**runner_up, "second_leg": {
         "source_trial": "b", "continued": False, "final_trial": "c"}}}) == "a", "the runner-up lost: the first's"
+    # The export named as the leaderboard names it: the continuation by its source, a search trial by its id.
+    assert export_name({**best, "trial_id": "d", "exploitation": runner_up}) == "exploit-b"
+    assert export_name({**best, "trial_id": "c", "exploitation": {"source_trial": "c", "continued": False}}) == "trial-c"
     longer = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.686},
                      {**best, "trial_id": "c", "step": 1476, "params": {"effective_batch_size": 8}},
                      {**base, "step": 172, "params": {"effective_batch_size": 8}})
