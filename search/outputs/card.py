@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from finesweep.search.selection.baseline import export_name
+from finesweep.search.selection.best import SEARCH_TRIAL_PREFIX
 from finesweep.search.selection.deploy import CPU_PREFIX, FULL
 from finesweep.spaces import ModelCandidate, Quantization, SweepConfig, Task
 from finesweep.trainer.models import AUTO_CLASS_NAMES, PIPELINE_TASKS
@@ -59,8 +61,8 @@ def _baseline_section(baseline: dict[str, Any]) -> str:
     recipe = ", ".join(f"{k} {v}" for k, v in baseline["params"].items())
     lines = ["## Against the baseline\n", f"**{_capitalized(baseline['sentence'])}.**\n",
              f"The baseline is the recipe a user would run without finesweep ({recipe}), trained in the same sweep "
-             f"as its first trial (trial {baseline['trial_id']}; best evaluation at step {baseline['step']}), never "
-             "stopped early, and measured on the same test split by the same code.\n",
+             f"as its first trial (`{SEARCH_TRIAL_PREFIX}{baseline['trial_id']}`; best evaluation at step "
+             f"{baseline['step']}), never stopped early, and measured on the same test split by the same code.\n",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header), *["| " + " | ".join(r) + " |" for r in rows], ""]
     return "\n".join(lines)
 
@@ -112,7 +114,7 @@ def _params_section(best: dict) -> str:
     return "\n".join([
         "## Winning hyperparameters\n",
         f"Best validation {best.get('metric', '?')} = {_fmt(best.get('value'))} at step {best.get('step', '?')} "
-        f"of trial `{best.get('trial_id', '?')}`.\n",
+        f"of `{export_name(best) if 'trial_id' in best else '?'}`.\n",
         *([f"{best['exploitation']['sentence']} (search.exploit: the rest of the time budget to the search's "
            "winner).\n"] if best.get("exploitation") else []),
         *([f"{_capitalized(best['exploitation']['model_choice'])}.\n"]
