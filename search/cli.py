@@ -266,7 +266,7 @@ def status(sweep: Path = SweepArg, tracking_uri: Optional[str] = typer.Option(No
         uri, state = _store_of(sweep, tracking_uri)
         from finesweep.search.outputs.console import Console, leaderboard_table
         from finesweep.search.tracking.client import Tracker
-        from finesweep.search.tracking.tags import BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG
+        from finesweep.search.tracking.tags import BEST_RUN_TAG, BEST_STEP_TAG
 
         tracker = Tracker(uri)
         parent = _reachable_run(tracker, state["parent_run_id"])
@@ -274,8 +274,9 @@ def status(sweep: Path = SweepArg, tracking_uri: Optional[str] = typer.Option(No
         mode = mode or parent.data.params.get("search.mode", "min")
         Console().out.print(leaderboard_table(tracker, state["experiment_id"], state["parent_run_id"], metric, mode))
         tags = parent.data.tags
-        if BEST_RUN_TAG in tags:
-            typer.echo(f"best: trial {tags.get(BEST_TRIAL_TAG)} at step {tags.get(BEST_STEP_TAG)}")
+        if BEST_RUN_TAG in tags:  # by its run's name, as the leaderboard shows it (a continuation's: exploit-...)
+            typer.echo(f"best: {_reachable_run(tracker, tags[BEST_RUN_TAG]).info.run_name} at step "
+                       f"{tags.get(BEST_STEP_TAG)}")
 
 
 app.command(name="best", help="Same as status: the leaderboard, best first.")(status)

@@ -265,7 +265,9 @@ def test_predict_and_status_commands(finished_sweep):
     assert predicted.returncode == 0 and any(label in predicted.stdout for label in ("negative", "neutral", "positive"))
     status = finesweep("status", "sweep.yaml", cwd=folder)
     assert status.returncode == 0, status.stderr
-    assert status.stdout.count("trial-") == NUM_TRIALS and "best: trial" in status.stdout
+    best = json.loads((sweep_dir / "summary.json").read_text())["best"]
+    assert status.stdout.count("trial-") == NUM_TRIALS + 1  # a row each, and the best by the name its row has
+    assert f"best: trial-{best['trial_id']} at step {best['step']}" in status.stdout
 
 
 def test_each_exported_variant_is_a_registered_model_version(finished_sweep):
