@@ -69,18 +69,33 @@ class ToSweepLog(logging.Filter):
         return record.levelno >= logging.ERROR
 
 
+def route_library_consoles() -> None:
+    """After a library that makes its console handler when it starts (Ray's, at import and at ray.init), its
+    warnings go to the sweep's log too, where the console shows finesweep's own records only (quiet_console)."""
+    root = logging.getLogger()
+    sweep_log = next((h for h in root.handlers if getattr(h, "finesweep_sweep_log", False)), None)
+    if sweep_log and any(isinstance(f, FinesweepOnly) for handler in root.handlers for f in handler.filters):
+        _libraries_console_to(sweep_log)
+
+
 def _libraries_console_to(file_handler: logging.Handler) -> None:
     """Libraries that log through console handlers of their own, on loggers that do not propagate to the root's
-    (torch's: its notices when torchao registers its types), write to the sweep's log instead, as FinesweepOnly
-    sends the others there. torch is imported first: a sweep loads it anyway, and its handlers exist from then."""
+    (torch's: its notices when torchao registers its types; Ray's, a StreamHandler of its own class), write to the
+    sweep's log instead, as FinesweepOnly sends the others there. torch is imported first: a sweep loads it anyway,
+    and its handlers exist from then."""
     import torch  # noqa: F401 - its loggers' handlers are made on import
 
     for name, logger in list(logging.root.manager.loggerDict.items()):
         if isinstance(logger, logging.Logger) and name.split(".")[0] != "finesweep":
-            for handler in [h for h in logger.handlers if type(h) is logging.StreamHandler]:
+            for handler in [h for h in logger.handlers if _console_handler(h)]:
                 for stale in [f for f in handler.filters if isinstance(f, ToSweepLog)]:
                     handler.removeFilter(stale)  # the previous sweep's, in a process that runs several
                 handler.addFilter(ToSweepLog(file_handler))
+
+
+def _console_handler(handler: logging.Handler) -> bool:
+    """A handler that writes to a stream, not to a file of its own (a FileHandler is a StreamHandler too)."""
+    return isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
 
 
 def quiet_console() -> None:

@@ -8,6 +8,7 @@ import signal
 import threading
 from collections.abc import Callable
 
+from finesweep.search.outputs.logs import route_library_consoles
 from finesweep.search.tuning import ray_compat
 from finesweep.spaces import SweepFileError
 
@@ -29,6 +30,7 @@ def start_ray(address: str | None) -> None:
         ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
                  **ray_compat.local_node_on_loopback())
     keep_sigterm_handler(own_sigterm)
+    route_library_consoles()  # Ray's warnings (a checkpoint read back without its metrics) to the sweep's log
 
 
 def keep_sigterm_handler(handler: Callable[..., object] | int | None) -> None:

@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from finesweep.search.outputs.logs import FinesweepOnly, ToSweepLog, log_to_file, quiet_console
+from finesweep.search.outputs.logs import FinesweepOnly, ToSweepLog, log_to_file, quiet_console, route_library_consoles
 
 
 @pytest.fixture
@@ -71,3 +71,36 @@ def test_a_second_sweep_in_the_same_process_logs_to_its_own_file(console, tmp_pa
     logging.getLogger("somelibrary.internals").warning("after the second sweep started")
     assert "after the second sweep started" in (tmp_path / "second.log").read_text()
     assert "after the second sweep started" not in (tmp_path / "first.log").read_text()
+
+
+def test_a_library_that_makes_its_console_handler_after_the_log_opened_is_routed_by_start_ray(console, tmp_path):
+    """Ray makes its console handler (a StreamHandler of its own class) on import, after the sweep's log is open, and
+    its warnings reached the terminal ("Could not find metrics corresponding to checkpoint_000007", the export
+    reading back a checkpoint the budget cut off). What start_ray calls routes such a handler to the sweep's log."""
+    import ray  # noqa: F401 - its logger's handler is made on import
+
+    class OwnHandler(logging.StreamHandler):
+        pass
+
+    late = logging.getLogger("latelibrary")
+    ray_handlers = logging.getLogger("ray").handlers
+    try:
+        quiet_console()
+        log_to_file(tmp_path / "finesweep.log")
+        late.addHandler(OwnHandler(console))  # made after the log opened, as Ray's is on ray.init
+        late.propagate = False
+        late.warning("before it is routed")
+        route_library_consoles()
+        late.warning("a checkpoint without its metrics")
+        late.error("a library error")
+        shown, logged = console.getvalue(), (tmp_path / "finesweep.log").read_text()
+        assert "before it is routed" in shown, "the case the routing exists for"
+        assert "a checkpoint without its metrics" not in shown and "a checkpoint without its metrics" in logged
+        assert "a library error" in shown
+        assert ray_handlers and all(any(isinstance(f, ToSweepLog) for f in h.filters) for h in ray_handlers)
+    finally:
+        late.handlers.clear()
+        late.propagate = True
+        for handler in ray_handlers:
+            for routed in [f for f in handler.filters if isinstance(f, ToSweepLog)]:
+                handler.removeFilter(routed)
