@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from finesweep.search.selection.best import best_of
+from finesweep.search.selection.best import best_of, betters
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,11 @@ class Paired:
     samples: int
     tuned: float
     baseline: float
+    tuned_leads: bool  # strictly better for the search's mode: a tie says the recipe bought nothing there
 
-    def as_dict(self) -> dict[str, float]:
-        return {"samples": self.samples, "tuned": self.tuned, "baseline": self.baseline}
+    def as_dict(self) -> dict[str, Any]:
+        return {"samples": self.samples, "tuned": self.tuned, "baseline": self.baseline,
+                "tuned_leads": self.tuned_leads}
 
 
 def paired(histories: list[History], tuned_trial: str, baseline_trial: str, mode: str) -> Paired | None:
@@ -91,7 +94,10 @@ def paired(histories: list[History], tuned_trial: str, baseline_trial: str, mode
         return None
     samples = min(max(s for s, _ in tuned), max(s for s, _ in baseline))
     within = [[v for s, v in evaluations if s <= samples] for evaluations in (tuned, baseline)]
-    return Paired(samples, best_of(within[0], mode), best_of(within[1], mode)) if all(within) else None
+    if not all(within):
+        return None
+    tuned_best, baseline_best = best_of(within[0], mode), best_of(within[1], mode)
+    return Paired(samples, tuned_best, baseline_best, betters(tuned_best, baseline_best, mode))
 
 
 def _value_within(trials: list[History], samples: int, mode: str) -> float:

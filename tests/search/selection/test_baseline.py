@@ -155,6 +155,20 @@ def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_
         "each: 0.728 for the tuned recipe, 0.694 for the baseline)")
     assert compare(Task.classification, {"accuracy": 0.7}, {"accuracy": 0.7}, {**best, "trial_id": "a"},
                    {**base, "equal_samples": even})["equal_samples"] is None, "the baseline won: nothing to pair"
+    # Where the tuned recipe did not lead at equal samples (the quickstart, 2026-11-29: 0.712 each), the whole gain
+    # is the longer training, and the sentence says so.
+    tied = {"samples": 1640, "tuned": 0.712, "baseline": 0.712, "tuned_leads": False}
+    longer_only = compare(Task.classification, {"accuracy": 0.7755}, {"accuracy": 0.699},
+                          {**best, "trial_id": "c", "step": 1605, "params": {"effective_batch_size": 8}},
+                          {**base, "step": 205, "params": {"effective_batch_size": 8}, "equal_samples": tied})
+    assert longer_only["sentence"].endswith(
+        "the tuned model on 12,840: the gain is the longer training, not the recipe (the best validation eval_loss "
+        "within the first 1,640 samples of each: 0.712 for the tuned recipe, 0.712 for the baseline)")
+    led = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.686},
+                  {**best, "trial_id": "c", "step": 1476, "params": {"effective_batch_size": 8}},
+                  {**base, "step": 172, "params": {"effective_batch_size": 8},
+                   "equal_samples": {**even, "tuned_leads": True}})
+    assert led["sentence"] == split["sentence"], "a summary written before tuned_leads reads as one where it led"
 
 
 def test_a_winner_on_the_edge_of_the_space_is_named_with_the_field_to_widen():

@@ -52,10 +52,13 @@ def test_the_winners_trial_and_the_baseline_are_paired_within_the_samples_both_r
     2,528; within 1,496 the recipe's best is its 0.728 at 1,264, against the baseline's 0.694."""
     baseline = History("7feed13b", "minilm-mean", ((816, 0.646), (1496, 0.694)))
     tuned = History("faf33212", "minilm-mean", ((1264, 0.728), (2528, 0.764)))
-    assert paired([baseline, tuned], "faf33212", "7feed13b", "max") == Paired(1496, 0.728, 0.694)
-    assert paired([baseline, tuned], "7feed13b", "faf33212", "max") == Paired(1496, 0.694, 0.728)
+    assert paired([baseline, tuned], "faf33212", "7feed13b", "max") == Paired(1496, 0.728, 0.694, True)
+    assert paired([baseline, tuned], "7feed13b", "faf33212", "max") == Paired(1496, 0.694, 0.728, False)
     losses = [History("a", "m", ((100, 0.9), (200, 0.5))), History("b", "m", ((150, 0.7), (300, 0.4)))]
-    assert paired(losses, "b", "a", "min").as_dict() == {"samples": 200, "tuned": 0.7, "baseline": 0.5}
+    assert paired(losses, "b", "a", "min").as_dict() == {"samples": 200, "tuned": 0.7, "baseline": 0.5,
+                                                          "tuned_leads": False}
+    even = [History("a", "m", ((100, 0.712),)), History("b", "m", ((100, 0.712),))]
+    assert not paired(even, "b", "a", "max").tuned_leads, "a tie: the recipe bought nothing there"
     late = History("c", "m", ((3000, 0.8),))  # its first evaluation came after all of the baseline's samples
     assert paired([baseline, late], "c", "7feed13b", "max") is None, "no evaluation of it within 1,496 samples"
     diverged = History("d", "m", ((100, math.nan),))
@@ -102,7 +105,8 @@ def test_the_sweep_pairs_the_trial_its_export_descends_from_with_the_baseline_tr
                        History("faf33212", "m", ((1264, 0.728), (2528, 0.764))))
     histories = exploit.histories([_Result(baseline, 8), _Result(tuned, 8)], "eval_accuracy")
     continued = {"trial_id": "exploit-faf33212", "exploitation": {"source_trial": "faf33212", "continued": True}}
-    assert paired_with(histories, continued, "7feed13b", "max") == {"samples": 1496, "tuned": 0.728, "baseline": 0.694}
+    assert paired_with(histories, continued, "7feed13b", "max") == {"samples": 1496, "tuned": 0.728, "baseline": 0.694,
+                                                                    "tuned_leads": True}
     of_baseline = {**continued, "exploitation": {"source_trial": "7feed13b", "continued": True}}
     assert paired_with(histories, of_baseline, "7feed13b", "max") is None
     assert paired_with(histories, continued, None, "max") is None, "no baseline trial ran"
