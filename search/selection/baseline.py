@@ -36,8 +36,7 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
         # Where the recipes were paired and the tuned one did not lead, the whole gain is the longer training.
         recipe_led = pair.get("tuned_leads", True) if pair else True  # summaries before the key: as they said
         said += (f"; the baseline trained on {reference:,} samples inside the sweep's budget, the tuned model on "
-                 f"{trained:,}: {'part of the gain' if recipe_led else 'the gain'} is the longer training"
-                 f"{'' if recipe_led else ', not the recipe'}")
+                 f"{trained:,}: {'part of the gain' if recipe_led else 'the gain'} is the longer training")
         if pair:
             said += (f" (the best validation {baseline_trial['metric']} within the first {pair['samples']:,} "
                      f"samples of each: {pair['tuned']:.4g} for the tuned recipe, {pair['baseline']:.4g} for the "

@@ -162,7 +162,7 @@ def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_
                           {**best, "trial_id": "c", "step": 1605, "params": {"effective_batch_size": 8}},
                           {**base, "step": 205, "params": {"effective_batch_size": 8}, "equal_samples": tied})
     assert longer_only["sentence"].endswith(
-        "the tuned model on 12,840: the gain is the longer training, not the recipe (the best validation eval_loss "
+        "the tuned model on 12,840: the gain is the longer training (the best validation eval_loss "
         "within the first 1,640 samples of each: 0.712 for the tuned recipe, 0.712 for the baseline)")
     led = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.686},
                   {**best, "trial_id": "c", "step": 1476, "params": {"effective_batch_size": 8}},
