@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from finesweep.search.selection.baseline import export_name
-from finesweep.search.selection.best import SEARCH_TRIAL_PREFIX
+from finesweep.search.selection.best import search_trial_name
 from finesweep.search.selection.deploy import CPU_PREFIX, FULL
 from finesweep.spaces import ModelCandidate, Quantization, SweepConfig, Task
 from finesweep.trainer.models import AUTO_CLASS_NAMES, PIPELINE_TASKS
@@ -61,7 +61,7 @@ def _baseline_section(baseline: dict[str, Any]) -> str:
     recipe = ", ".join(f"{k} {v}" for k, v in baseline["params"].items())
     lines = ["## Against the baseline\n", f"**{_capitalized(baseline['sentence'])}.**\n",
              f"The baseline is the recipe a user would run without finesweep ({recipe}), trained in the same sweep "
-             f"as its first trial (`{SEARCH_TRIAL_PREFIX}{baseline['trial_id']}`; best evaluation at step "
+             f"as its first trial (`{search_trial_name(baseline['trial_id'])}`; best evaluation at step "
              f"{baseline['step']}), never stopped early, and measured on the same test split by the same code.\n",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header), *["| " + " | ".join(r) + " |" for r in rows], ""]
     return "\n".join(lines)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from finesweep.search.selection.best import Best, pick_best
+from finesweep.search.selection.best import Best, pick_best, search_trial_name
 from finesweep.search.selection.pareto import (THROUGHPUT, pareto_front, pareto_report, pick_point, rule_text,
                                                trial_points)
 from finesweep.search.tracking.tags import PICK_TAG, RULE_TAG
@@ -36,7 +36,7 @@ def pick_export(results, search: "SearchConfig", tracker: "Tracker", parent_run_
     tracker.log_json(parent_run_id, report, PARETO_FILE)
     if plot := draw_front(report, out_dir / "plots" / PLOT_FILE, console.warn):
         tracker.log_file(parent_run_id, plot, "plots")
-    pick = f"trial {chosen.trial_id} step {chosen.best.step}" if chosen else "none: no trial reported an evaluation"
+    pick = f"{search_trial_name(chosen.trial_id)} step {chosen.best.step}" if chosen else "none: no trial reported an evaluation"
     tracker.set_tags(parent_run_id, {RULE_TAG: rule_text(search), PICK_TAG: pick})
     console.pareto(report)
     return chosen.best if chosen else None

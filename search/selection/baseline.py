@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from finesweep.search.selection.best import CONTINUATION_PREFIX, SEARCH_TRIAL_PREFIX
+from finesweep.search.selection.best import CONTINUATION_PREFIX, search_trial_name
 from finesweep.search.selection.deploy import PRIMARY
 from finesweep.search.selection.equal_samples import History, paired
 from finesweep.spaces import Task
@@ -90,7 +90,7 @@ def export_name(best: dict[str, Any]) -> str:
     """The exported trial as the leaderboard and MLflow name it: the continuation (by the trial it went on from)
     where the export is one of its checkpoints, else the search trial."""
     source = origin(best)
-    return f"{CONTINUATION_PREFIX}{source}" if source != best["trial_id"] else f"{SEARCH_TRIAL_PREFIX}{source}"
+    return f"{CONTINUATION_PREFIX}{source}" if source != best["trial_id"] else search_trial_name(source)
 
 
 def _gain(winner: float, baseline: float, higher_is_better: bool) -> float:

@@ -33,6 +33,11 @@ TRAIN_CHECKPOINT_PATH = "checkpoint_path"
 SEARCH_TRIAL_PREFIX = "trial-"
 CONTINUATION_PREFIX = "exploit-"
 
+
+def search_trial_name(trial_id: str) -> str:
+    """A search trial's name (`trial-<id>`), as every sentence, tag and table that names it writes it."""
+    return f"{SEARCH_TRIAL_PREFIX}{trial_id}"
+
 SAMPLED_KEYS = ("model", "precision", "method", "learning_rate", "effective_batch_size",
                 "warmup_ratio", "weight_decay", "dropout", "lora_r", "lora_alpha")
 

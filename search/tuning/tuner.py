@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE, SEARCH_TRIAL_PREFIX
+from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE, search_trial_name
 from finesweep.search.tuning.callbacks import STEP_LEDGER, PlateauStopper, StepBudgetStopper, TrialsShareStopper
 from finesweep.search.tuning.context import TrialContext
 from finesweep.search.tuning.distributed import DRIVER_RESOURCES, data_parallel_trainable
@@ -20,7 +20,7 @@ from finesweep.spaces import SweepConfig
 
 def trial_name(trial) -> str:
     """Short, stable names (Tune's default puts every parameter in the folder name)."""
-    return f"{SEARCH_TRIAL_PREFIX}{trial.trial_id}"
+    return search_trial_name(trial.trial_id)
 
 
 @dataclass

@@ -286,6 +286,6 @@ def test_a_sweep_with_a_second_objective_logs_the_front_and_exports_the_trial_th
     summary = json.loads((sweep_dir / "summary.json").read_text())
     assert summary["best"]["trial_id"] == chosen.trial_id == logged["pick"]["trial_id"]
     assert summary["best"]["step"] == chosen.best.step
-    assert parent.data.tags["finesweep.pick"] == f"trial {chosen.trial_id} step {chosen.best.step}"
+    assert parent.data.tags["finesweep.pick"] == f"trial-{chosen.trial_id} step {chosen.best.step}"
     assert parent.data.tags["finesweep.pick_rule"].startswith("fastest_within")
     assert json.loads((sweep_dir / "export" / "metrics.json").read_text())  # the export happened
