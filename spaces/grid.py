@@ -16,6 +16,8 @@ from typing import Any, Iterator, Mapping
 from finesweep.spaces.config import FloatRange, SpaceConfig, SweepConfig
 from finesweep.spaces.space import LORA_DIMENSIONS, categorical_choices, float_ranges, unsuggested
 
+# Each method's grid of learning rates, where the rate depends on the method (space.learning_rate per method).
+MethodRates = dict[str, list[float]] | None
 SIGNIFICANT_DIGITS = 4  # inner grid values as a person writes them (5.477e-05); the two ends stay exact
 
 
@@ -42,26 +44,50 @@ def grid(space: SpaceConfig, models: list[str], precisions: list[str], points: i
         if all(name in unsuggested({"method": method}) for method in values["method"]):
             del values[name]
     values.update({name: range_values(dim, points) for name, dim in float_ranges(space).items()})
+    if space.learning_rate_by_method:
+        by_method = [_rate_values(space, method, points) for method in values["method"]]
+        values["learning_rate"] = sorted({rate for rates in by_method for rate in rates})
     return values
 
 
-def distinct(point: Mapping[str, Any], values: Mapping[str, list[Any]]) -> bool:
-    """Whether `point` (one combination of `values`) is the one kept among those that train the same thing."""
+def method_rates(space: SpaceConfig, values: Mapping[str, list[Any]], points: int) -> MethodRates:
+    """Where the learning rate depends on the method, the grid's rates each method trains (`values` from `grid`):
+    its own range's, or for a method whose rate is fixed the grid's first (it never asks for one, so the points that
+    differ only there train the same thing). None where the rate does not depend on the method."""
+    if not space.learning_rate_by_method:
+        return None
+    rates = {}
+    for method in values["method"]:
+        searched = isinstance(space.float_dimension("learning_rate", method), FloatRange)
+        rates[method] = _rate_values(space, method, points) if searched else values["learning_rate"][:1]
+    return rates
+
+
+def _rate_values(space: SpaceConfig, method: str, points: int) -> list[float]:
+    dim = space.float_dimension("learning_rate", method)
+    return range_values(dim, points) if isinstance(dim, FloatRange) else [dim]
+
+
+def distinct(point: Mapping[str, Any], values: Mapping[str, list[Any]], rates: MethodRates = None) -> bool:
+    """Whether `point` (one combination of `values`) is the one kept among those that train the same thing, and
+    (`rates`, from `method_rates`) trains a learning rate of its method's own grid."""
+    if rates is not None and point["learning_rate"] not in rates[point["method"]]:
+        return False
     return all(point[name] == values[name][0] for name in unsuggested(point) if name in values)
 
 
-def grid_points(values: Mapping[str, list[Any]]) -> Iterator[dict[str, Any]]:
+def grid_points(values: Mapping[str, list[Any]], rates: MethodRates = None) -> Iterator[dict[str, Any]]:
     """The distinct configurations of the grid, in product order."""
     names = list(values)
     for combination in itertools.product(*values.values()):
         point = dict(zip(names, combination))
-        if distinct(point, values):
+        if distinct(point, values, rates):
             yield point
 
 
-def grid_size(values: Mapping[str, list[Any]]) -> int:
+def grid_size(values: Mapping[str, list[Any]], rates: MethodRates = None) -> int:
     """How many distinct configurations the grid holds (what a full grid search trains)."""
-    return sum(1 for _ in grid_points(values))
+    return sum(1 for _ in grid_points(values, rates))
 
 
 def grid_trials(num_trials: int, size: int) -> tuple[int, str]:
@@ -77,7 +103,8 @@ def grid_trials(num_trials: int, size: int) -> tuple[int, str]:
 
 def fit_to_grid(config: SweepConfig, precisions: list[str]) -> tuple[SweepConfig, str]:
     """The sweep with search.num_trials capped at the grid's size, and the note for the console."""
-    size = grid_size(grid(config.space, config.model_names, precisions, config.search.grid_points))
+    values = grid(config.space, config.model_names, precisions, config.search.grid_points)
+    size = grid_size(values, method_rates(config.space, values, config.search.grid_points))
     trials, note = grid_trials(config.search.num_trials, size)
     search = config.search.model_copy(update={"num_trials": trials})
     return config.model_copy(update={"search": search}), note

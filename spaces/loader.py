@@ -16,7 +16,7 @@ from finesweep.spaces.config import CHAT_TEMPLATE_SETTINGS, NAME_PATTERN, SweepC
 PACKAGE_SCHEME = "pkg://"
 _UNION_MEMBER_TAGS = {"float", "int", "str", "list[int]", "list[str]", "none"}
 # Union members written as a mapping (a range, the baseline's recipe): their errors concern a mapping input only.
-_MAPPING_MEMBERS = ("FloatRange", "BaselineRecipe")
+_MAPPING_MEMBERS = ("FloatRange", "MethodLearningRates", "BaselineRecipe")
 
 
 
@@ -73,12 +73,14 @@ def _problem_list(path: Path, problems: list[str]) -> str:
 
 
 def _is_relevant(item: dict[str, Any], raw: dict[str, Any]) -> bool:
-    """Of a union's per-member errors keep the member matching the input's shape (range vs value)."""
+    """Of a union's per-member errors keep the member matching the input's shape (range vs value), at every union
+    on the error's path (a range inside a learning rate per method)."""
     loc = item["loc"]
     for i, part in enumerate(loc):
         if _is_member_tag(part):
             given = _lookup(raw, [p for p in loc[:i] if not _is_member_tag(p)])
-            return _is_mapping_member(part) == isinstance(given, dict)
+            if _is_mapping_member(part) != isinstance(given, dict):
+                return False
     return True
 
 

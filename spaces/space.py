@@ -36,9 +36,16 @@ def categorical_choices(space: SpaceConfig, models: list[str], precisions: list[
     }
 
 
-def float_ranges(space: SpaceConfig) -> dict[str, FloatRange]:
-    """The continuous dimensions that are searched (a plain value is fixed, not searched)."""
-    return {name: dim for name in FLOAT_DIMENSIONS if isinstance(dim := getattr(space, name), FloatRange)}
+def float_ranges(space: SpaceConfig, method: str | None = None) -> dict[str, FloatRange]:
+    """The continuous dimensions that are searched (a plain value is fixed, not searched), for `method`'s trials;
+    without one, a learning rate that depends on the method spans every method's range."""
+    return {name: dim for name in FLOAT_DIMENSIONS if isinstance(dim := space.float_dimension(name, method), FloatRange)}
+
+
+def fixed_floats(space: SpaceConfig, method: str) -> dict[str, float]:
+    """The continuous dimensions fixed at a value for `method`'s trials (a dropout left at the checkpoint's own, or
+    auto before the plan resolved it, is none of them)."""
+    return {name: value for name in FLOAT_DIMENSIONS if isinstance(value := space.float_dimension(name, method), float)}
 
 
 def unsuggested(point: Mapping[str, Any]) -> tuple[str, ...]:
@@ -48,18 +55,18 @@ def unsuggested(point: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def suggest(trial: SuggestingTrial, space: SpaceConfig, models: list[str], precisions: list[str]) -> dict[str, Any]:
-    """Sample one trial's hyperparameters; returns the fixed (not searched) ones as constants (a dropout left at the
-    checkpoint's own, or auto before the plan resolved it, is none of them)."""
+    """Sample one trial's hyperparameters; returns the fixed (not searched) ones as constants (`fixed_floats`)."""
     choices = categorical_choices(space, models, precisions)
     point = {name: trial.suggest_categorical(name, choices[name])
              for name in ("model", "precision", "effective_batch_size", "method")}
     for name in LORA_DIMENSIONS:
         if name not in unsuggested(point):
             trial.suggest_categorical(name, choices[name])
-    for name, dim in float_ranges(space).items():
+    # One parameter per dimension even where its range depends on the method (space.learning_rate per method):
+    # Optuna takes a range that changes from trial to trial, and each trial reads its own method's.
+    for name, dim in float_ranges(space, point["method"]).items():
         trial.suggest_float(name, dim.low, dim.high, log=dim.log)
-    return {name: value for name in FLOAT_DIMENSIONS
-            if name not in float_ranges(space) and isinstance(value := getattr(space, name), float)}
+    return fixed_floats(space, point["method"])
 
 
 def baseline_point(baseline: BaselineRecipe | str, space: SpaceConfig, models: list[str],
@@ -91,13 +98,27 @@ def suggest_or_baseline(trial: Any, space: SpaceConfig, models: list[str], preci
     return suggest(trial, space, models, precisions)
 
 
-def centre_point(space: SpaceConfig, models: list[str], precisions: list[str]) -> dict[str, Any]:
+def centre_point(space: SpaceConfig, models: list[str], precisions: list[str],
+                 baseline_method: str | None = None) -> dict[str, Any]:
     """The middle of the space, where a first sampled trial informs most: each searched range's centre (geometric for
     a log range: 1e-5..1e-3 -> 1e-4), the middle effective batch size (the smaller of two), the model listed first
     (the one the user leads with) and the first of `precisions` (the probe orders them fastest first). The method is
-    left to the sampler: adapters or the whole model is a question the search asks, not a middle."""
+    left to the sampler (adapters or the whole model is a question the search asks, not a middle), unless the
+    learning rate depends on it: a rate is a centre only of its method's range, so the centre takes the first of the
+    space's methods that the baseline (`baseline_method`) does not train, which a second trial of it would repeat."""
+    method = _centre_method(space, baseline_method)
     point: dict[str, Any] = {name: math.sqrt(dim.low * dim.high) if dim.log else (dim.low + dim.high) / 2
-                             for name, dim in float_ranges(space).items()}
+                             for name, dim in float_ranges(space, method).items()}
+    if method is not None:
+        point["method"] = method
     batches = sorted(space.effective_batch_size)
     point.update(effective_batch_size=batches[(len(batches) - 1) // 2], model=models[0], precision=precisions[0])
     return point
+
+
+def _centre_method(space: SpaceConfig, baseline_method: str | None) -> str | None:
+    """The centre's method where the learning rate depends on it (None where the sampler may choose)."""
+    if not space.learning_rate_by_method:
+        return None
+    methods = [m.value for m in space.method]
+    return next((m for m in methods if m != baseline_method), methods[0])

@@ -22,10 +22,15 @@ def edge_warnings(params: dict[str, Any], space: SpaceConfig, compared: list[dic
     the search's trials (`compared`: each one's hyperparameters, the baseline's left out) tried two or more values
     counts: there the winner beat another value and the trend points past the end. A value no other trial varied
     (the space's centre alone in a short budget: batch 8 of [8, 16]) says nothing about what lies beyond it."""
-    varied = {name for name in (*float_ranges(space), "effective_batch_size")
-              if len({trial.get(name) for trial in compared}) > 1}
-    warnings = [_range_edge(name, float(params[name]), dim) for name, dim in float_ranges(space).items()
-                if name in params and name in varied]
+    method = params.get("method")
+    ranges = float_ranges(space, method)
+    # A learning rate per method (space.learning_rate by method) is an edge of the winner's method's own range, which
+    # only the trials of that method vary.
+    alike = [trial for trial in compared if trial.get("method") == method] if space.learning_rate_by_method else compared
+    varied = {name for name in (*ranges, "effective_batch_size")
+              if len({trial.get(name) for trial in (alike if name == "learning_rate" else compared)}) > 1}
+    warnings = [_range_edge(_field(space, name, method), name, float(params[name]), dim)
+                for name, dim in ranges.items() if name in params and name in varied]
     batches = sorted(space.effective_batch_size)
     batch = params.get("effective_batch_size")
     if "effective_batch_size" in varied and len(batches) > 1 and batch in (batches[0], batches[-1]):
@@ -35,16 +40,21 @@ def edge_warnings(params: dict[str, Any], space: SpaceConfig, compared: list[dic
     return [w for w in warnings if w]
 
 
-def _range_edge(name: str, value: float, dim: FloatRange) -> str:
+def _field(space: SpaceConfig, name: str, method: str | None) -> str:
+    """The sweep file's field that holds the winner's range of `name`: space.learning_rate.<method> per method."""
+    return f"space.{name}.{method}" if name == "learning_rate" and space.learning_rate_by_method and method else f"space.{name}"
+
+
+def _range_edge(field: str, name: str, value: float, dim: FloatRange) -> str:
     position = _position(value, dim)
     if EDGE_FRACTION < position < 1 - EDGE_FRACTION:
         return ""
     top = position >= 1 - EDGE_FRACTION
     if not top and not dim.log and dim.low <= 0:
         return ""  # no warm-up or weight decay at all: there is nothing below it to search
-    field = f"space.{name}.{'high' if top else 'low'}"
-    return (f"the winner's {name} {value:.3g} lies at the {'top' if top else 'bottom'} of space.{name} "
-            f"[{dim.low:g}, {dim.high:g}]: the best may lie beyond it; widen {field} (to {_widened(dim, top):.3g}, say)")
+    end = f"{field}.{'high' if top else 'low'}"
+    return (f"the winner's {name} {value:.3g} lies at the {'top' if top else 'bottom'} of {field} "
+            f"[{dim.low:g}, {dim.high:g}]: the best may lie beyond it; widen {end} (to {_widened(dim, top):.3g}, say)")
 
 
 def _position(value: float, dim: FloatRange) -> float:

@@ -11,7 +11,7 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from finesweep.search.selection.pareto import search_objectives
 from finesweep.search.tuning import optuna_compat
 from finesweep.spaces import SweepConfig
-from finesweep.spaces.grid import distinct, grid
+from finesweep.spaces.grid import MethodRates, distinct, grid, method_rates
 from finesweep.spaces.space import BASELINE_KEY, baseline_point, centre_point, suggest_or_baseline
 
 
@@ -25,9 +25,9 @@ class DistinctGridSampler(GridSampler):
     (capped at the grid's size) ends the search anyway. Module level: Tune pickles the searcher with its sampler.
     """
 
-    def __init__(self, values: dict[str, list[Any]], seed: int):
+    def __init__(self, values: dict[str, list[Any]], seed: int, rates: MethodRates = None):
         super().__init__(values, seed=seed)
-        optuna_compat.keep_grid_points(self, lambda point: distinct(point, values))
+        optuna_compat.keep_grid_points(self, lambda point: distinct(point, values, rates))
 
     def after_trial(self, study, trial, state, values) -> None:
         return None
@@ -46,13 +46,13 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
                                              n_startup_trials=tpe_startup_trials(planned_trials(config)))
     elif config.search.algorithm == "grid":
         values = grid(config.space, config.model_names, precisions, config.search.grid_points)
-        sampler = DistinctGridSampler(values, seed=config.seed)
+        sampler = DistinctGridSampler(values, config.seed, method_rates(config.space, values, config.search.grid_points))
     else:
         sampler = optuna.samplers.RandomSampler(seed=config.seed)
     baseline = sweep_baseline(config, precisions)
     space = functools.partial(suggest_or_baseline, space=config.space, models=config.model_names,
                               precisions=precisions, baseline=baseline)
-    points = first_points(config, precisions)
+    points = first_points(config, precisions, (baseline or {}).get("method"))
     if baseline is not None and points:
         points.insert(0, {})  # the baseline takes the study's first trial: the points follow it, none lost
     # With a second objective, metric and mode are lists and the study has two directions (TPE, random and grid
@@ -63,12 +63,14 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
                         points_to_evaluate=points or None)
 
 
-def first_points(config: SweepConfig, precisions: list[str]) -> list[dict[str, Any]]:
+def first_points(config: SweepConfig, precisions: list[str], baseline_method: str | None = None) -> list[dict[str, Any]]:
     """What the sampler tries before it samples: the user's initial points, or else (TPE) the space's centre, which
     tells its model more than a random first draw. Random and grid searches sample from the start."""
     if config.search.initial_points:
         return [dict(point) for point in config.search.initial_points]
-    return [centre_point(config.space, config.model_names, precisions)] if config.search.algorithm == "tpe" else []
+    if config.search.algorithm != "tpe":
+        return []
+    return [centre_point(config.space, config.model_names, precisions, baseline_method)]
 
 
 def sweep_baseline(config: SweepConfig, precisions: list[str]) -> dict[str, Any] | None:

@@ -132,24 +132,64 @@ def test_json_schema_describes_every_section():
     json.dumps(schema)
 
 
-def test_define_by_run_space_samples_lora_dimensions_only_for_lora():
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_define_by_run_space_samples_lora_dimensions_and_learning_rates_by_method(sampler):
+    """Each method's trials sample its own default learning-rate range, under the sweep's multivariate TPE too
+    (one parameter whose range changes with the method)."""
     space = SpaceConfig(method=[Method.full, Method.lora], lora_r=[4, 8])
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    seen = {"full": 0, "lora": 0}
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0) if sampler == "random" else
+                                optuna.samplers.TPESampler(seed=0, multivariate=True, n_startup_trials=4))
+    seen: dict[str, list[float]] = {"full": [], "lora": []}
     for _ in range(30):
         trial = study.ask()
         fixed = suggest(trial, space, ["a", "b"], ["fp32"])
-        seen[trial.params["method"]] += 1
-        assert ("lora_r" in trial.params) == (trial.params["method"] == "lora")
-        assert 1e-5 <= trial.params["learning_rate"] <= 1e-3  # full's default range and LoRA's, together
+        method, rate = trial.params["method"], trial.params["learning_rate"]
+        seen[method].append(rate)
+        assert ("lora_r" in trial.params) == (method == "lora")
         assert fixed == {"warmup_ratio": space.warmup_ratio, "weight_decay": space.weight_decay}
-        study.tell(trial, 0.0)
-    assert seen["full"] and seen["lora"]
+        study.tell(trial, -abs(rate - (1e-4 if method == "full" else 5e-4)) * 1e4)
+    assert 1e-5 <= min(seen["full"]) and max(seen["full"]) <= 2e-4 and max(seen["full"]) > 1e-4, seen["full"]
+    assert 5e-5 <= min(seen["lora"]) and max(seen["lora"]) <= 1e-3 and max(seen["lora"]) > 2e-4, seen["lora"]
+
+
+def test_a_space_of_full_fine_tuning_and_adapters_searches_each_in_its_own_range():
+    space = SpaceConfig.model_validate({"method": ["full", "qlora"]})
+    assert space.learning_rate_by_method
+    assert space.float_dimension("learning_rate", "full") == FloatRange(low=1e-5, high=2e-4, log=True)
+    assert space.float_dimension("learning_rate", "qlora") == FloatRange(low=5e-5, high=1e-3, log=True)
+    assert space.float_dimension("learning_rate") == FloatRange(low=1e-5, high=1e-3, log=True)  # every trial's span
+    # The centre is a centre of one method's range: the first the baseline does not train (the baseline would repeat).
+    centre = centre_point(space, ["m"], ["fp32"], "full")
+    assert centre.pop("learning_rate") == pytest.approx(2.24e-4, rel=0.01)
+    assert centre == {"method": "qlora", "effective_batch_size": 16, "model": "m", "precision": "fp32"}
+    assert centre_point(space, ["m"], ["fp32"], None)["method"] == "full"
+    assert space.point_problem({"method": "full", "learning_rate": 5e-4}, ["m"]) == \
+        "learning_rate=0.0005 lies outside the space's range for full [1e-05, 0.0002]"
+    assert space.point_problem({"method": "qlora", "learning_rate": 5e-4}, ["m"]) is None
+    again = SpaceConfig.model_validate(space.model_dump(mode="json"))  # each trial and a resume read the dump
+    assert again.learning_rate == space.learning_rate
+
+
+def test_a_learning_rate_per_method_in_the_sweep_file_and_its_mistakes(tmp_path):
+    text = MINIMAL + "space: {method: [full, lora, qlora], learning_rate: {full: 3.0e-5, lora: %s}}\n"
+    space = load(write(tmp_path, text % "{low: 1.0e-4, high: 2.0e-3, log: true}")).space
+    assert space.float_dimension("learning_rate", "full") == 3e-5
+    assert space.float_dimension("learning_rate", "lora") == FloatRange(low=1e-4, high=2e-3, log=True)
+    assert space.float_dimension("learning_rate", "qlora") == FloatRange(low=5e-5, high=1e-3, log=True)  # default
+    with pytest.raises(SweepFileError, match=r"space.learning_rate.lora: `low <= high` must hold") as caught:
+        load(write(tmp_path, text % "{low: 1.0e-3, high: 1.0e-4, log: true}"))
+    assert "1 problem:" in str(caught.value), "one error, not one per member of the unions on the way"
+    with pytest.raises(SweepFileError, match=r"ranges per method must share one scale .* but found lora linear, qlora "
+                                             r"log \(a method left out searches its default"):
+        load(write(tmp_path, text % "{low: 1.0e-4, high: 2.0e-3}"))
+    with pytest.raises(SweepFileError, match=r"learning_rate gives a rate for lora, which space.method \['full'\] does "
+                                             r"not search; add it to space.method or remove it"):
+        load(write(tmp_path, MINIMAL + "space: {learning_rate: {full: 3.0e-5, lora: 1.0e-4}}\n"))
 
 
 @pytest.mark.parametrize("methods,low,high,centre", [
     ([], 1e-5, 2e-4, 4.5e-5), (["full"], 1e-5, 2e-4, 4.5e-5), (["lora"], 5e-5, 1e-3, 2.2e-4),
-    (["qlora", "lora"], 5e-5, 1e-3, 2.2e-4), (["full", "qlora"], 1e-5, 1e-3, 1e-4),
+    (["qlora", "lora"], 5e-5, 1e-3, 2.2e-4),
 ])
 def test_a_space_without_learning_rate_searches_its_methods_default_range(methods, low, high, centre):
     space = SpaceConfig.model_validate({"method": methods} if methods else {})

@@ -8,7 +8,8 @@ import pytest
 
 from finesweep.spaces import SweepConfig, SweepFileError, load
 from finesweep.spaces.config import FloatRange, SpaceConfig
-from finesweep.spaces.grid import fit_to_grid, grid, grid_points, grid_size, grid_trials, range_values
+from finesweep.spaces.grid import (fit_to_grid, grid, grid_points, grid_size, grid_trials, method_rates,
+                                   range_values)
 from finesweep.spaces.space import unsuggested
 from tests import tiny
 
@@ -48,10 +49,23 @@ def test_lora_dimensions_are_in_the_grid_only_when_a_method_uses_them():
 def test_full_fine_tuning_points_are_not_repeated_per_lora_value():
     space = SpaceConfig(method=["full", "lora"], lora_r=[4, 8, 16], lora_alpha=[16, 32], effective_batch_size=[8])
     values = grid(space, ["m"], ["fp32"], 2)
-    points = list(grid_points(values))
-    assert len(points) == grid_size(values) == 2 * (1 + 3 * 2)  # learning rates x (full + each LoRA pair)
+    rates = method_rates(space, values, 2)
+    # Each method's default learning-rate range, both ends: full 1e-5..2e-4, LoRA 5e-5..1e-3.
+    assert values["learning_rate"] == [1e-5, 5e-5, 2e-4, 1e-3] and rates == {"full": [1e-5, 2e-4], "lora": [5e-5, 1e-3]}
+    points = list(grid_points(values, rates))
+    assert len(points) == grid_size(values, rates) == 2 * (1 + 3 * 2)  # learning rates x (full + each LoRA pair)
+    assert all(p["learning_rate"] in rates[p["method"]] for p in points), "each method trains its own rates"
     trained = [tuple(sorted((k, v) for k, v in p.items() if k not in unsuggested(p))) for p in points]
     assert len(set(trained)) == len(trained), "no two points train the same configuration"
+
+
+def test_a_method_with_a_fixed_learning_rate_is_one_grid_point_per_other_choice():
+    space = SpaceConfig(method=["full", "lora"], lora_r=[8], lora_alpha=[16], effective_batch_size=[8],
+                        learning_rate={"full": 5e-5, "lora": {"low": 1e-4, "high": 1e-3, "log": True}})
+    values = grid(space, ["m"], ["fp32"], 3)
+    rates = method_rates(space, values, 3)
+    assert rates["lora"] == range_values(FloatRange(low=1e-4, high=1e-3, log=True), 3)
+    assert grid_size(values, rates) == 1 + 3  # full at its one rate, LoRA at each of its three
 
 
 def test_the_trial_cap_runs_a_small_grid_once_and_says_how_much_of_a_large_one_runs():

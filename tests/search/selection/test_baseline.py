@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from finesweep.search.selection.baseline import compare, export_name, origin
+from finesweep.search.selection.best import BEST_SO_FAR
 from finesweep.search.tuning.context import baseline_length
+from finesweep.search.tuning.ray_compat import optuna_study_of
 from finesweep.search.tuning.samplers import BaselineKeepingASHA, make_searcher
 from finesweep.spaces import SweepConfig, SweepFileError, Task
 from finesweep.spaces import load
@@ -209,6 +211,19 @@ def test_an_end_no_other_trial_varied_is_not_called_an_edge():
     assert edge_warnings(initial, space, [initial]) == []
 
 
+def test_a_learning_rate_per_method_is_an_edge_of_the_winners_methods_range_which_its_trials_varied():
+    from finesweep.search.selection.edges import edge_warnings
+
+    space = _config({"method": ["full", "lora"], "effective_batch_size": [8]}).space  # full 1e-5..2e-4, LoRA 5e-5..1e-3
+    winner = {"method": "full", "learning_rate": 1.95e-4, "effective_batch_size": 8}  # the top of full's own range
+    lora = [{"method": "lora", "learning_rate": rate, "effective_batch_size": 8} for rate in (1e-4, 9e-4)]
+    assert edge_warnings(winner, space, [winner, *lora]) == [], "only LoRA's trials varied the rate"
+    other_full = {"method": "full", "learning_rate": 4e-5, "effective_batch_size": 8}
+    assert edge_warnings(winner, space, [winner, other_full, *lora]) == [
+        "the winner's learning_rate 0.000195 lies at the top of space.learning_rate.full [1e-05, 0.0002]: the best may "
+        "lie beyond it; widen space.learning_rate.full.high (to 0.0004, say)"]
+
+
 def test_the_compared_trials_are_the_searchs_evaluated_ones_not_the_baseline():
     from types import SimpleNamespace
 
@@ -239,3 +254,25 @@ def test_without_initial_points_tpe_tries_the_baseline_then_the_spaces_centre():
     assert second["warmup_ratio"] == pytest.approx(0.1) and BASELINE_KEY not in second | third
     random = _config({"learning_rate": RANGE}, {"algorithm": "random", "baseline": "off"})
     assert make_searcher(random, ["fp32"]).suggest("t0")["learning_rate"] != pytest.approx(math.sqrt(1e-4 * 1e-3))
+
+
+def test_with_a_learning_rate_per_method_tpe_tries_the_baseline_then_another_methods_centre():
+    """A real OptunaSearch over full fine-tuning and LoRA with their default ranges: the baseline (full, 5e-5), the
+    centre of LoRA's range (the full range's centre would repeat the baseline), then every trial in its method's
+    own range, TPE's modelled samples too."""
+    config = _config({"method": ["full", "lora"], "effective_batch_size": [8]}, {"num_trials": 24})
+    searcher = make_searcher(config, ["fp32"])
+    first, second, *rest = [searcher.suggest(f"t{i}") for i in range(3)]
+    assert first[BASELINE_KEY] is True and (first["method"], first["learning_rate"]) == ("full", 5e-5)
+    assert second["method"] == "lora" and second["learning_rate"] == pytest.approx(math.sqrt(5e-5 * 1e-3))
+    ranges, best = {"full": (1e-5, 2e-4), "lora": (5e-5, 1e-3)}, {"full": 1e-4, "lora": 5e-4}
+    for number in range(3, 24):  # past TPE's random start (8 of 24 trials): its model samples too
+        done = rest[-1]
+        loss = abs(math.log(done["learning_rate"] / best[done["method"]]))
+        searcher.on_trial_complete(f"t{number - 1}", {BEST_SO_FAR: loss})
+        rest.append(searcher.suggest(f"t{number}"))
+    assert sum(t.state.name == "COMPLETE" for t in optuna_study_of(searcher).trials) == 21
+    assert {c["method"] for c in rest} == {"full", "lora"}
+    outside = [c for c in rest if not ranges[c["method"]][0] <= c["learning_rate"] <= ranges[c["method"]][1]]
+    assert not outside, outside
+

@@ -4,20 +4,22 @@ each distinct point once. The end-to-end grid sweep is in test_cluster.py (it ru
 from __future__ import annotations
 
 import optuna
+import pytest
 
 from finesweep.search.tuning.samplers import DistinctGridSampler
 from finesweep.spaces import suggest
 from finesweep.spaces.config import SpaceConfig
-from finesweep.spaces.grid import grid, grid_points, grid_size
+from finesweep.spaces.grid import grid, grid_points, grid_size, method_rates
 from finesweep.spaces.space import unsuggested
 
 
 def _sampled_points(space: SpaceConfig, models: list[str], precisions: list[str], points: int) -> list[dict]:
     """Ask and tell as OptunaSearch does (define-by-run `suggest`), once per distinct grid point."""
     values = grid(space, models, precisions, points)
-    study = optuna.create_study(sampler=DistinctGridSampler(values, seed=0))
+    rates = method_rates(space, values, points)
+    study = optuna.create_study(sampler=DistinctGridSampler(values, 0, rates))
     sampled = []
-    for _ in range(grid_size(values)):
+    for _ in range(grid_size(values, rates)):
         trial = study.ask()
         suggest(trial, space, models, precisions)
         study.tell(trial, 0.0)  # GridSampler's own study.stop() after the last point would raise here
@@ -38,6 +40,14 @@ def test_the_sampler_visits_every_distinct_point_once_even_with_conditional_lora
     assert sorted(map(_trained, sampled)) == sorted(expected), "each distinct configuration exactly once"
     full = [p for p in sampled if p["method"] == "full"]
     assert full and all("lora_r" not in p and "lora_alpha" not in p for p in full)
+
+
+def test_each_method_samples_the_grid_of_its_own_learning_rate_range():
+    space = SpaceConfig(method=["full", "lora"], lora_r=[8], lora_alpha=[16], effective_batch_size=[8])
+    sampled = _sampled_points(space, ["a"], ["fp32"], 3)
+    by_method = {m: sorted(p["learning_rate"] for p in sampled if p["method"] == m) for m in ("full", "lora")}
+    assert by_method["full"] == [1e-5, pytest.approx(4.472e-5, rel=1e-3), 2e-4]
+    assert by_method["lora"] == [5e-5, pytest.approx(2.236e-4, rel=1e-3), 1e-3]
 
 
 def test_the_seed_fixes_the_order_so_a_partial_grid_is_reproducible():
