@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console as RichConsole
 from rich.table import Table
+from rich.text import Text
 
 from finesweep.search.tracking.tags import END_STATE_TAG
 
@@ -16,26 +17,32 @@ class Console:
     """The sweep's terminal output (rich), one method per moment of the sweep."""
 
     def __init__(self, rich_console: RichConsole | None = None):
-        # Piped output (CI logs, `| tee`) gets a wide fixed width instead of 80 columns of wrapped tables.
-        self.out = rich_console or RichConsole(highlight=False, width=None if sys.stdout.isatty() else 150)
+        # Piped output (CI logs, `| tee`) gets a wide fixed width instead of 80 columns of wrapped tables. No markup:
+        # the console prints the user's data, paths and the CPU's flags ("[avx2 avx512f]"), which rich would take
+        # for tags, hiding them, or end the sweep on (a data row's "[/b]" is a MarkupError).
+        self.out = rich_console or RichConsole(highlight=False, markup=False, width=None if sys.stdout.isatty() else 150)
+
+    def print(self, text: str) -> None:
+        """A line as it is written, never read as markup (whatever console the caller gave)."""
+        self.out.print(text, markup=False)
 
     def step(self, text: str) -> None:
-        self.out.print(f"[bold cyan]>>[/] {text}")
+        self.out.print(Text.assemble((">>", "bold cyan"), " ", text))
 
     def warn(self, text: str) -> None:
-        self.out.print(f"[bold yellow]warning:[/] {text}")
+        self.out.print(Text.assemble(("warning:", "bold yellow"), " ", text))
 
     def header(self, config, device, folder) -> None:
         self.out.rule(f"finesweep: {config.name}")
-        self.out.print(f"device {device.kind} ({device.name}); sweep folder {folder}")
+        self.print(f"device {device.kind} ({device.name}); sweep folder {folder}")
         self.step("Preparing data")
 
     def data_report(self, report) -> None:
-        self.out.print(report.render())
+        self.print(report.render())
 
     def lengths(self, lengths: dict[str, dict[str, float]], max_seq_len: int) -> None:
         covered = min(v["p99"] for v in lengths.values()) if lengths else 0
-        self.out.print(f"max_seq_len {max_seq_len} (p99 of the training texts: {covered:.0f} tokens)")
+        self.print(f"max_seq_len {max_seq_len} (p99 of the training texts: {covered:.0f} tokens)")
 
     def probe_table(self, results: dict[str, Any]) -> None:
         margin = next(iter(results.values())).margin if results else 0
@@ -70,10 +77,10 @@ class Console:
                           str(plan.trial_steps(times)), f"{plan.trial_seconds(times):.0f}")
         self.out.print(table)
         for note in plan.notes:
-            self.out.print(f"  plan: {note}")
+            self.print(f"  plan: {note}")
         run = plan.simulated
         end = time.strftime("%H:%M:%S", time.localtime(time.time() + plan.predicted_seconds))
-        self.out.print(f"  predicted: {run.started} trials start ({run.completed} to full length, {run.stopped_early} "
+        self.print(f"  predicted: {run.started} trials start ({run.completed} to full length, {run.stopped_early} "
                        f"stopped by ASHA, {run.cut_by_budget} by the budget); search {plan.search_seconds:.0f} s{_split(plan)}, "
                        f"export {plan.export_seconds:.0f} s; ends about {end} "
                        f"({elapsed + plan.predicted_seconds:.0f} s after the start)")
@@ -104,7 +111,7 @@ class Console:
                           str(p["step"]), f"{p[speed]:.1f}", "exported" if p["trial_id"] == pick.get("trial_id") else "")
         self.out.print(table)
         off = len(report["points"]) - len(report["front"])
-        self.out.print(f"{len(report['front'])} of {len(report['points'])} trials on the front ({off} dominated). "
+        self.print(f"{len(report['front'])} of {len(report['points'])} trials on the front ({off} dominated). "
                        f"Rule {report['rule_text']}.")
         if pick:
             self.step(f"Pick: trial {pick['trial_id']} at step {pick['step']} ({metric} {_fmt(pick[metric])}, "
@@ -115,7 +122,7 @@ class Console:
         decoded = any("ms_per_generated_token" in m for m in result.metrics.values())  # causal_lm
         columns = ["variant", "accuracy / perplexity", "loss", "size MB", "ms/sample batch 1", "batch 32"] + (
             ["ms/token generated"] if decoded else []) + (["ROUGE-L"] if generated else [])
-        table = Table(*columns, title=f"Test split ({result.folder})")
+        table = Table(*columns, title=Text(f"Test split ({result.folder})"))
         for variant, m in result.metrics.items():
             primary = m.get("accuracy", m.get("perplexity"))
             table.add_row(variant, _fmt(primary), _fmt(m.get("loss")), f"{m.get('size_bytes', 0) / 1e6:.1f}",
@@ -132,8 +139,8 @@ class Console:
         phases = ", ".join(f"{phase} {seconds:g} s" for phase, seconds in (summary.get("phase_seconds") or {}).items())
         limit = (summary.get("plan") or {}).get("time_limit_seconds")
         within = f" of the {limit:g} s limit" if limit else ""
-        self.out.print(f"wall time {summary.get('wall_seconds')} s{within} ({phases}); export: {summary.get('export_dir')}")
-        self.out.print(f"MLflow store {tracking_uri} (experiment {experiment_id}); open it with: finesweep ui")
+        self.print(f"wall time {summary.get('wall_seconds')} s{within} ({phases}); export: {summary.get('export_dir')}")
+        self.print(f"MLflow store {tracking_uri} (experiment {experiment_id}); open it with: finesweep ui")
 
 
 class TrialEventPrinter:
@@ -153,13 +160,13 @@ class TrialEventPrinter:
         # The trial's name (Tune's str of it), as the leaderboard and MLflow show it: trial-<id> for the search's,
         # exploit-<source> for a continuation, whose Tune id names nothing a user can look up.
         if kind == "end":
-            self._console.out.print(f"  {trial} ended: {result.get('state')}")
+            self._console.print(f"  {trial} ended: {result.get('state')}")
             return
         c = trial.config
         shown = dict.fromkeys([self.metric, "eval_loss", "eval_accuracy"])
         values = " ".join(f"{k}={_fmt(result[k])}" for k in shown if k in result)
         dropout = f" dropout={c['dropout']:.2f}" if c.get("dropout") is not None else ""
-        self._console.out.print(
+        self._console.print(
             f"  {trial} {c.get('model')} {c.get('precision')} {_method(c)} "
             f"lr={c.get('learning_rate', 0):.2e} batch={c.get('effective_batch_size')}{dropout}: step {result.get('step')} "
             f"{values}")
