@@ -299,7 +299,7 @@ def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep,
                          out_dir=folder.export_dir(config), label_names=data.prepared.label_names,
                          log_file=folder.log_file,
                          baseline={**baseline.as_dict(), "equal_samples": paired} if baseline else None,
-                         search_warnings=edges)
+                         search_warnings=edges, chat_format=data.prepared.report.chat_format)
     console.export_table(result)
     return result
 

@@ -8,7 +8,8 @@ from typing import Any
 from finesweep.search.selection.baseline import export_name
 from finesweep.search.selection.best import search_trial_name
 from finesweep.search.selection.deploy import CPU_PREFIX, FULL
-from finesweep.spaces import ModelCandidate, Quantization, SweepConfig, Task
+from finesweep.spaces import DataConfig, ModelCandidate, Quantization, SweepConfig, Task
+from finesweep.trainer.data import chat_formats
 from finesweep.trainer.models import AUTO_CLASS_NAMES, PIPELINE_TASKS
 from finesweep.trainer.serving.gguf_export import MODELFILE
 from finesweep.trainer.serving.ollama import GGUF_FILE
@@ -24,13 +25,14 @@ GENERATION_SCORES = {"gen_exact_match": "exact match", "gen_token_f1": "token F1
 def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, float]], warnings: list[str],
                has_adapter: bool = False, examples: list[dict[str, str]] | None = None,
                deploy: dict[str, Any] | None = None, not_made: dict[str, str] | None = None,
-               baseline: dict[str, Any] | None = None) -> str:
+               baseline: dict[str, Any] | None = None, chat_format: str | None = None) -> str:
     """README.md of the export folder: where the model came from, how it was chosen, how well each variant does,
     which one to deploy.
 
     `examples` (causal_lm): the test prompts with their references and each variant's greedy answer; `deploy`: the
     choice search/selection/deploy.py made; `not_made`: the variants asked for that could not be made, and why;
-    `baseline`: the winner against the baseline recipe (search/selection/baseline.compare)."""
+    `baseline`: the winner against the baseline recipe (search/selection/baseline.compare); `chat_format` (causal_lm):
+    how the data's rows held conversations, as the data report found it."""
     task = Task(config.data.task)
     parts = [
         _metadata(config, best, task),
@@ -38,7 +40,7 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
         "Exported by finesweep: the best evaluation of a hyperparameter and batch-size sweep, "
         "measured on the held-out test split, in full precision and quantized.\n",
         _incomplete_notice(not_made) if not_made else "",
-        _origin_section(config, best, task),
+        _origin_section(config, best, task, chat_format),
         _params_section(best),
         _baseline_section(baseline) if baseline else "",
         _metrics_section(metrics, task, warnings),
@@ -85,7 +87,7 @@ def _metadata(config: SweepConfig, best: dict, task: Task) -> str:
     return "\n".join([*lines, "---", ""])
 
 
-def _origin_section(config: SweepConfig, best: dict, task: Task) -> str:
+def _origin_section(config: SweepConfig, best: dict, task: Task, chat_format: str | None) -> str:
     name = best.get("model", "?")
     candidate = _winner(config, best)
     source = "unknown"
@@ -96,17 +98,32 @@ def _origin_section(config: SweepConfig, best: dict, task: Task) -> str:
         if candidate.gguf_origin:
             source = (f"GGUF file `{candidate.gguf_origin}`, dequantized to float32 (a safetensors copy in the sweep's "
                       f"cache, `{candidate.path}`) before fine-tuning")
-    columns = (f"text `{config.data.text_column}`, label `{config.data.label_column}`" if task == Task.classification
-               else f"prompt `{config.data.prompt_column}`, response `{config.data.response_column}`")
     return "\n".join([
         "## Origin\n",
         f"- Base model: candidate `{name}`, {source}",
         f"- Task: {task.value}",
-        f"- Data: `{config.data.path}` (columns: {columns})",
+        f"- Data: `{config.data.path}` ({_data_columns(config.data, task, chat_format)})",
         f"- Sweep: `{config.name}`, seed {config.seed}, {config.search.num_trials} trials, "
         f"search metric `{config.search.metric}` ({config.search.mode})",
         "",
     ])
+
+
+def _data_columns(data: DataConfig, task: Task, chat_format: str | None) -> str:
+    """The columns the sweep read: a classifier's text and label; a causal LM's by the chat format the data report
+    found (the files' formats where pre-split files differ, `train=..., test=...`)."""
+    if task == Task.classification:
+        return f"columns: text `{data.text_column}`, label `{data.label_column}`"
+    columns = {
+        chat_formats.MESSAGES: f"`{data.messages_column}`",
+        chat_formats.SHAREGPT: f"`{data.conversations_column}`",
+        chat_formats.ALPACA: f"instruction `{data.instruction_column}`, input `{data.input_column}`, output "
+                             f"`{data.output_column}`",
+        chat_formats.PROMPT_RESPONSE: f"prompt `{data.prompt_column}`, response `{data.response_column}`",
+    }
+    if chat_format in columns:
+        return f"chat format {chat_format}, columns: {columns[chat_format]}"
+    return f"chat formats {chat_format}" if chat_format else "chat format not recorded"
 
 
 def _params_section(best: dict) -> str:

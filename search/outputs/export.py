@@ -70,13 +70,15 @@ def export_best(
     log_file: Path | None = None,
     baseline: dict | None = None,
     search_warnings: list[str] | None = None,
+    chat_format: str | None = None,
 ) -> ExportResult:
     """Write out_dir/{model, model-<method>..., [adapter], metrics.json, sweep.json, README.md}; return metrics
     and warnings. A LoRA winner is exported merged (`model`) and also as the adapter alone (`adapter`).
 
     `baseline` (the baseline trial's best evaluation, as `best`, with the sweep's `equal_samples` pairing): measured
     on the test split as the full model is, and compared with it; `search_warnings` (a winner on the edge of the
-    space) join the export's warnings, on the console and in the card. A variant that cannot be made is left out
+    space) join the export's warnings, on the console and in the card; `chat_format` (causal_lm, from the data
+    report) names the columns the card says the data came from. A variant that cannot be made is left out
     (`ExportResult.not_made`), its traceback logged for `log_file`.
     `label_names` is only needed for a LoRA checkpoint whose folder holds no config with id2label and whose test
     split has no ClassLabel feature (the base model's head is rebuilt from them before the adapter is merged).
@@ -118,7 +120,8 @@ def export_best(
     write_json_atomic(out_dir / "metrics.json", metrics)
     write_json_atomic(out_dir / DEPLOY, deploy)
     write_json_atomic(out_dir / "sweep.json", config.model_dump(mode="json"))
-    card = model_card(config, best, metrics, warnings, adapter is not None, examples, deploy, not_made, against)
+    card = model_card(config, best, metrics, warnings, adapter is not None, examples, deploy, not_made, against,
+                      chat_format)
     (out_dir / "README.md").write_text(card, encoding="utf-8")
     return ExportResult(folder=out_dir, metrics=metrics, warnings=warnings, adapter=adapter, generations=generations,
                         deploy=deploy, not_made=not_made, baseline=against)

@@ -363,3 +363,19 @@ def test_the_cards_loading_snippet_puts_torchaos_gpu_variants_on_the_gpu():
     assert 'from_pretrained("model")  # full' in card and 'from_pretrained("model-torchao-int8")  # torchao-int8' in card
     for variant in ("torchao-int4", "torchao-fp8"):
         assert f'from_pretrained("model-{variant}", device_map="cuda")  # {variant}' in card
+
+
+@pytest.mark.parametrize("chat_format,said", [
+    ("messages", "(chat format messages, columns: `messages`)"),
+    ("alpaca", "(chat format alpaca, columns: instruction `instruction`, input `input`, output `output`)"),
+    ("prompt_response", "(chat format prompt_response, columns: prompt `prompt`, response `response`)"),
+    ("train=messages, test=sharegpt", "(chat formats train=messages, test=sharegpt)"),
+])
+def test_the_card_names_the_columns_of_the_chat_format_the_data_was_read_in(chat_format, said):
+    from finesweep.search.outputs.card import model_card
+
+    metrics = {"full": {"perplexity": 9.0, "loss": 2.2, "latency_ms_batch1": 1.0}}
+    card = model_card(export_config(Path("m"), task="causal_lm"), BEST, metrics, [], chat_format=chat_format)
+    assert f"- Data: `x.csv` {said}" in card
+    classifier = model_card(export_config(Path("m")), BEST, {"full": {"accuracy": 0.8}}, [])
+    assert "- Data: `x.csv` (columns: text `text`, label `label`)" in classifier
