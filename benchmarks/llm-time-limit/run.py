@@ -4,8 +4,8 @@ the command end within its limit, how much of it goes to the memory probe, and w
 Runs `finesweep run minimal.yaml --time-limit <limit>` once, as a user's first sweep on this machine (a machine
 cache of its own: the GGUF is dequantized and every combination probed inside the limit). Records the plan's
 division of the limit, the real phases, the trials, the test loss, perplexity and generation scores of every
-exported variant, and the decode speed. Writes benchmarks/llm-time-limit/results-<cpu kind>.json and prints a
-Markdown table. Run from the repository root, with nothing else loading the machine:
+exported variant, and the decode speed. Writes benchmarks/llm-time-limit/results-<cpu kind>.json (avx512-bf16,
+avx512 or avx2) and prints a Markdown table. Run from the repository root, with nothing else loading the machine:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/llm-time-limit/run.py [--limit 10m]
 """
@@ -114,7 +114,7 @@ def main() -> None:
     result = {"cpu": cpu_identity(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                                        text=True).stdout.strip(), **run(args.limit, work)}
-    kind = "avx512" if "avx512" in result["cpu"] else "avx2"
+    kind = "avx512-bf16" if "avx512_bf16" in result["cpu"] else "avx512" if "avx512" in result["cpu"] else "avx2"
     out = HERE / f"results-{kind}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{result['cpu']}; {result['cores']} cores; wrote {out.relative_to(REPO)}\n\n{table(result)}")

@@ -331,7 +331,9 @@ def _passes_cap(search: SearchConfig, train_rows: int) -> str:
 
 def _budget_words(config: SweepConfig) -> str:
     search = config.search
-    parts = [f"{search.time_budget_minutes:g} minutes"] if search.time_budget_minutes else []
+    minutes = search.time_budget_minutes
+    # A budget the sweep file wrote (6.5 minutes) as written; one a time limit divided (5.03304 minutes) in seconds.
+    parts = [f"{minutes:g} minutes" if round(minutes, 2) == minutes else f"{minutes * 60:.0f} s"] if minutes else []
     parts += [f"{search.step_budget} steps"] if search.step_budget else []
     return " and ".join(parts) or "none"
 

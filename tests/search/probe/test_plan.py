@@ -618,3 +618,9 @@ def test_a_default_cadence_too_slow_for_two_evaluations_in_the_trials_share_is_l
     assert kept.eval_every_steps == 40, "a number the file writes stands"
     roomy = _plan(_config(time_budget_minutes=500, exploit={"share": 0.5}), probes)
     assert roomy.eval_every_steps == 50 and not any("eval_every_steps" in n for n in roomy.notes)
+
+
+def test_the_plan_says_a_budget_as_written_or_in_seconds_where_a_time_limit_divided_it():
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
+    assert _plan(_config(time_budget_minutes=6.5), probes).budget == "6.5 minutes"
+    assert _plan(_config(time_budget_minutes=302 / 60), probes).budget == "302 s"  # not "5.03333 minutes"
