@@ -260,9 +260,9 @@ class SpaceConfig(Section):
         scales = {m: dim.log for m in searched if isinstance(dim := self.learning_rate.of(m), FloatRange)}
         if len(set(scales.values())) > 1:
             listed = ", ".join(f"{m} {'log' if log else 'linear'}" for m, log in scales.items())
-            raise ValueError(f"learning_rate's ranges per method must share one scale (the search samples one parameter), "
-                             f"but found {listed} (a method left out searches its default, a log range); give every "
-                             "range the same `log`")
+            raise ValueError(f"learning_rate's ranges per method must share one scale (the search samples one "
+                             f"parameter), but found {listed} (a method left out searches its default, a log range); "
+                             "give every range the same `log`")
         return self
 
     @property

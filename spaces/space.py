@@ -39,7 +39,8 @@ def categorical_choices(space: SpaceConfig, models: list[str], precisions: list[
 def float_ranges(space: SpaceConfig, method: str | None = None) -> dict[str, FloatRange]:
     """The continuous dimensions that are searched (a plain value is fixed, not searched), for `method`'s trials;
     without one, a learning rate that depends on the method spans every method's range."""
-    return {name: dim for name in FLOAT_DIMENSIONS if isinstance(dim := space.float_dimension(name, method), FloatRange)}
+    dims = {name: space.float_dimension(name, method) for name in FLOAT_DIMENSIONS}
+    return {name: dim for name, dim in dims.items() if isinstance(dim, FloatRange)}
 
 
 def fixed_floats(space: SpaceConfig, method: str) -> dict[str, float]:

@@ -20,7 +20,8 @@ class Console:
         # Piped output (CI logs, `| tee`) gets a wide fixed width instead of 80 columns of wrapped tables. No markup:
         # the console prints the user's data, paths and the CPU's flags ("[avx2 avx512f]"), which rich would take
         # for tags, hiding them, or end the sweep on (a data row's "[/b]" is a MarkupError).
-        self.out = rich_console or RichConsole(highlight=False, markup=False, width=None if sys.stdout.isatty() else 150)
+        width = None if sys.stdout.isatty() else 150
+        self.out = rich_console or RichConsole(highlight=False, markup=False, width=width)
 
     def print(self, text: str) -> None:
         """A line as it is written, never read as markup (whatever console the caller gave)."""

@@ -36,7 +36,8 @@ def pick_export(results, search: "SearchConfig", tracker: "Tracker", parent_run_
     tracker.log_json(parent_run_id, report, PARETO_FILE)
     if plot := draw_front(report, out_dir / "plots" / PLOT_FILE, console.warn):
         tracker.log_file(parent_run_id, plot, "plots")
-    pick = f"{search_trial_name(chosen.trial_id)} step {chosen.best.step}" if chosen else "none: no trial reported an evaluation"
+    pick = (f"{search_trial_name(chosen.trial_id)} step {chosen.best.step}" if chosen
+            else "none: no trial reported an evaluation")
     tracker.set_tags(parent_run_id, {RULE_TAG: rule_text(search), PICK_TAG: pick})
     console.pareto(report)
     return chosen.best if chosen else None

@@ -26,7 +26,8 @@ def edge_warnings(params: dict[str, Any], space: SpaceConfig, compared: list[dic
     ranges = float_ranges(space, method)
     # A learning rate per method (space.learning_rate by method) is an edge of the winner's method's own range, which
     # only the trials of that method vary.
-    alike = [trial for trial in compared if trial.get("method") == method] if space.learning_rate_by_method else compared
+    by_method = space.learning_rate_by_method
+    alike = [trial for trial in compared if trial.get("method") == method] if by_method else compared
     varied = {name for name in (*ranges, "effective_batch_size")
               if len({trial.get(name) for trial in (alike if name == "learning_rate" else compared)}) > 1}
     warnings = [_range_edge(_field(space, name, method), name, float(params[name]), dim)
@@ -42,7 +43,8 @@ def edge_warnings(params: dict[str, Any], space: SpaceConfig, compared: list[dic
 
 def _field(space: SpaceConfig, name: str, method: str | None) -> str:
     """The sweep file's field that holds the winner's range of `name`: space.learning_rate.<method> per method."""
-    return f"space.{name}.{method}" if name == "learning_rate" and space.learning_rate_by_method and method else f"space.{name}"
+    per_method = name == "learning_rate" and space.learning_rate_by_method and method
+    return f"space.{name}.{method}" if per_method else f"space.{name}"
 
 
 def _range_edge(field: str, name: str, value: float, dim: FloatRange) -> str:

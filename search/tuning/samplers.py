@@ -46,7 +46,8 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
                                              n_startup_trials=tpe_startup_trials(planned_trials(config)))
     elif config.search.algorithm == "grid":
         values = grid(config.space, config.model_names, precisions, config.search.grid_points)
-        sampler = DistinctGridSampler(values, config.seed, method_rates(config.space, values, config.search.grid_points))
+        rates = method_rates(config.space, values, config.search.grid_points)
+        sampler = DistinctGridSampler(values, config.seed, rates)
     else:
         sampler = optuna.samplers.RandomSampler(seed=config.seed)
     baseline = sweep_baseline(config, precisions)
@@ -63,7 +64,8 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
                         points_to_evaluate=points or None)
 
 
-def first_points(config: SweepConfig, precisions: list[str], baseline_method: str | None = None) -> list[dict[str, Any]]:
+def first_points(config: SweepConfig, precisions: list[str],
+                 baseline_method: str | None = None) -> list[dict[str, Any]]:
     """What the sampler tries before it samples: the user's initial points, or else (TPE) the space's centre, which
     tells its model more than a random first draw. Random and grid searches sample from the start."""
     if config.search.initial_points:
