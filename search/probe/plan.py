@@ -200,7 +200,7 @@ def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_
             periods = f"{schedule.evaluations} evaluation period{'' if schedule.evaluations == 1 else 's'}"
             schedule.notes.append(
                 f"trials allotted time: {periods} of {period:.0f} s each ({why}), so "
-                f"a trial started first ends inside the trials' {time_budget / 60:.3g}-minute budget; {slowest.key} would "
+                f"a trial started first ends inside the trials' budget of {time_budget:.0f} s; {slowest.key} would "
                 f"take {slowest.period_seconds(eval_every_steps):.0f} s per {eval_every_steps} steps, and trains "
                 "fewer steps in the same time")
             if fits < 1:
