@@ -1,14 +1,7 @@
 """The sweep file: schema, defaults, validation, and the search space. Imports no torch, ray or mlflow."""
 
-from finesweep.spaces.config import (
-    DataConfig,
-    Method,
-    ModelCandidate,
-    Precision,
-    Quantization,
-    SweepConfig,
-    Task,
-)
+from finesweep.spaces.config import DataConfig, ModelCandidate, SweepConfig
+from finesweep.spaces.sections import Method, Precision, Quantization, Task
 from finesweep.spaces.loader import SweepFileError, json_schema, load, resolve_path
 from finesweep.spaces.space import suggest
 from finesweep.spaces.units import parse_bytes, parse_duration

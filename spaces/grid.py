@@ -13,7 +13,8 @@ import itertools
 import math
 from typing import Any, Iterator, Mapping
 
-from finesweep.spaces.config import FloatRange, SpaceConfig, SweepConfig
+from finesweep.spaces.config import SweepConfig
+from finesweep.spaces.space_config import FloatRange, SpaceConfig
 from finesweep.spaces.space import LORA_DIMENSIONS, categorical_choices, float_ranges, unsuggested
 
 # Each method's grid of learning rates, where the rate depends on the method (space.learning_rate per method).

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Protocol
 
-from finesweep.spaces.config import FLOAT_DIMENSIONS, FloatRange, Method, Precision, SpaceConfig
+from finesweep.spaces.sections import Method, Precision
+from finesweep.spaces.space_config import FLOAT_DIMENSIONS, FloatRange, SpaceConfig
 from finesweep.spaces.search_config import BaselineRecipe
 
 LORA_DIMENSIONS = ("lora_r", "lora_alpha")

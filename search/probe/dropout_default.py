@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from finesweep.search.probe.exploit_share import budget_passes
 from finesweep.spaces import SweepConfig
-from finesweep.spaces.config import AUTO_DROPOUT
+from finesweep.spaces.space_config import AUTO_DROPOUT
 
 if TYPE_CHECKING:
     from finesweep.search.probe.plan import CombinationTimes

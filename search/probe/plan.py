@@ -29,7 +29,7 @@ from finesweep.search.probe.padding import length_grouped_megabatch, padded_frac
 from finesweep.search.probe.simulate import TRIAL_START_SECONDS, Lane, Simulated, asha_milestones, simulate
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
-from finesweep.spaces.config import AUTO_DROPOUT
+from finesweep.spaces.space_config import AUTO_DROPOUT
 from finesweep.spaces.search_config import SearchConfig
 
 # Fixed costs the probe does not measure (TRIAL_START_SECONDS: search/probe/simulate.py). A trial's start counts

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from finesweep.spaces.config import FloatRange, SpaceConfig
+from finesweep.spaces.space_config import FloatRange, SpaceConfig
 from finesweep.spaces.space import float_ranges
 
 # How close to an end of a searched range (as a fraction of the range, in log scale for a log range) counts as on it.

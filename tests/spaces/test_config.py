@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from finesweep.spaces import SweepConfig, SweepFileError, json_schema, load, resolve_path, suggest
-from finesweep.spaces.config import FloatRange, Method, SpaceConfig
+from finesweep.spaces.sections import Method
+from finesweep.spaces.space_config import FloatRange, SpaceConfig
 from finesweep.spaces.space import centre_point
 from finesweep.spaces.units import parse_bytes
 from tests import tiny

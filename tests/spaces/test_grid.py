@@ -7,7 +7,7 @@ import math
 import pytest
 
 from finesweep.spaces import SweepConfig, SweepFileError, load
-from finesweep.spaces.config import FloatRange, SpaceConfig
+from finesweep.spaces.space_config import FloatRange, SpaceConfig
 from finesweep.spaces.grid import (fit_to_grid, grid, grid_points, grid_size, grid_trials, method_rates,
                                    range_values)
 from finesweep.spaces.space import unsuggested

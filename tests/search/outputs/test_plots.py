@@ -12,7 +12,7 @@ from finesweep.search.tuning.trainable import TrialContext, build_plan
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.tracking.tags import END_STATE_TAG, TRIAL_TAG
 from finesweep.spaces import SweepConfig
-from finesweep.spaces.config import FloatRange
+from finesweep.spaces.space_config import FloatRange
 
 PLOTS = {"optimization_history.png", "parallel_coordinate.png", "param_importances.png", "learning_curves.png"}
 PRECISIONS = ["fp32", "bf16"]

@@ -8,7 +8,7 @@ import pytest
 
 from finesweep.search.tuning.samplers import DistinctGridSampler
 from finesweep.spaces import suggest
-from finesweep.spaces.config import SpaceConfig
+from finesweep.spaces.space_config import SpaceConfig
 from finesweep.spaces.grid import grid, grid_points, grid_size, method_rates
 from finesweep.spaces.space import unsuggested
 

@@ -1,0 +1,225 @@
+"""The sweep file's `space:` section: the dimensions the search samples, their ranges, and the defaults of those the
+file leaves out (the learning rate by method, the effective batch by task)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+
+from finesweep.spaces.sections import Method, Precision, Section, Task
+
+
+class FloatRange(Section):
+    """A continuous dimension sampled between low and high."""
+
+    low: float = Field(description="Smallest value.")
+    high: float = Field(description="Largest value.")
+    log: bool = Field(False, description="Sample on a log scale.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "FloatRange":
+        if self.low > self.high:
+            raise ValueError(f"`low <= high` must hold, but got (low={self.low:g}, high={self.high:g}); swap them")
+        if self.log and self.low <= 0:
+            raise ValueError(f"a log-scale range needs low > 0, but got low={self.low:g}")
+        return self
+
+
+# space.learning_rate where the sweep file leaves it out, by method; a space of full fine-tuning and adapters searches
+# each method in its own range (a full fine-tune diverges at LoRA's rates, LoRA barely moves at a full fine-tune's).
+# Full fine-tuning: centred on the Trainer's 5e-5, spanning BERT's grid {2e-5, 3e-5, 5e-5} (Devlin et al. 2019,
+# appendix A.3) with room above it for small distilled encoders (the tweets example's MiniLM wins at 1e-4).
+# LoRA and QLoRA: centred on 2e-4, QLoRA's rate for 7B-13B models and peft's examples' (Dettmers et al. 2023,
+# appendix B), spanning LoRA's 4e-4 and 5e-4 for RoBERTa-base (Hu et al. 2021, appendix D) and QLoRA's 1e-4 for
+# its largest models.
+DEFAULT_LEARNING_RATES = {"full": (1e-5, 2e-4), "lora": (5e-5, 1e-3), "qlora": (5e-5, 1e-3)}
+
+
+# Effective batches searched where the space is silent, by task. A classifier: BERT's fine-tuning recipe (16, 32).
+# A causal LM: 8 is what TRL's SFTTrainer (the Trainer's per_device_train_batch_size), LLaMA-Factory's LoRA SFT
+# examples (1 x 8 accumulation) and Axolotl's (2 x 4) train with, and 16 one step up; larger costs a 2-core CPU
+# 18-36 s a step on the 135M-parameter example, so a short sweep would train a handful of steps.
+CLASSIFIER_EFFECTIVE_BATCHES = (16, 32)
+CAUSAL_LM_EFFECTIVE_BATCHES = (8, 16)
+
+
+def method_default_learning_rate(method: Method | str) -> FloatRange:
+    """One method's DEFAULT_LEARNING_RATES as a log-uniform range."""
+    low, high = DEFAULT_LEARNING_RATES[Method(method).value]
+    return FloatRange(low=low, high=high, log=True)
+
+
+def default_learning_rate(methods: list[str]) -> "FloatRange | MethodLearningRates":
+    """space.learning_rate for a space that leaves it out: the methods' default range where they share one (full
+    fine-tuning's when none is named), else each method's own."""
+    named = [Method(m) for m in methods if m in DEFAULT_LEARNING_RATES] or [Method.full]
+    ranges = {m.value: method_default_learning_rate(m) for m in named}
+    if len(set(ranges.values())) == 1:
+        return next(iter(ranges.values()))
+    return MethodLearningRates.model_validate(ranges)
+
+
+def _default_lr() -> FloatRange:
+    return method_default_learning_rate(Method.full)
+
+
+FloatDim = Annotated[float | FloatRange, Field(union_mode="left_to_right")]
+
+
+class MethodLearningRates(Section):
+    """A learning rate per method (each a value or a range, on one scale: Optuna searches one parameter); a method of
+    the space left out searches its default range."""
+
+    full: FloatDim | None = Field(None, description="Full fine-tuning's learning rate.")
+    lora: FloatDim | None = Field(None, description="LoRA's learning rate.")
+    qlora: FloatDim | None = Field(None, description="QLoRA's learning rate.")
+
+    def given(self) -> dict[str, float | FloatRange]:
+        """The methods the mapping names, with their value or range."""
+        return {name: dim for name in type(self).model_fields if (dim := getattr(self, name)) is not None}
+
+    def of(self, method: Method | str) -> float | FloatRange:
+        """`method`'s learning rate: the one given, else its default range."""
+        dim = getattr(self, Method(method).value)
+        return method_default_learning_rate(method) if dim is None else dim
+
+
+def _learning_rate_shape(value: Any) -> str:
+    """Which form of space.learning_rate `value` is: a mapping keyed by method names is one per method; any other
+    mapping is a range (so its errors speak of low and high); anything else a value."""
+    if isinstance(value, (FloatRange, MethodLearningRates)):
+        return type(value).__name__
+    if isinstance(value, dict):
+        by_method = value and set(value) <= {m.value for m in Method}
+        return MethodLearningRates.__name__ if by_method else FloatRange.__name__
+    return "float"
+
+
+LearningRateDim = Annotated[
+    Annotated[float, Tag("float")] | Annotated[FloatRange, Tag(FloatRange.__name__)]
+    | Annotated[MethodLearningRates, Tag(MethodLearningRates.__name__)],
+    Discriminator(_learning_rate_shape)]
+# The space's continuous dimensions: each a fixed value or a searched range (dropout may also be the checkpoint's own,
+# None, or auto until the plan resolves it: search/probe/dropout_default.py).
+FLOAT_DIMENSIONS = ("learning_rate", "warmup_ratio", "weight_decay", "dropout")
+CHECKPOINT_DROPOUT, AUTO_DROPOUT = "checkpoint", "auto"  # the words for the checkpoint's own and the plan's pick
+
+
+def _is_number(text: str) -> bool:
+    """Whether `text` reads as a number (pydantic then takes "0.05" as 0.05, as it would without this field's words)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class SpaceConfig(Section):
+    """The search space. A list is a categorical choice; {low, high} a range; a plain value is fixed."""
+
+    learning_rate: LearningRateDim = Field(default_factory=_default_lr, description="Peak learning rate: a value, a range, or one of them per method ({full: {low: 1.0e-5, high: 2.0e-4, log: true}, lora: ...}; a method of the space left out takes its default range; the ranges on one scale). Unset = a log-uniform range by method (full: 1e-5..2e-4, around the Trainer's 5e-5 and BERT's 2e-5..5e-5; lora, qlora: 5e-5..1e-3, around QLoRA's and peft's 2e-4; sources in spaces/space_config.py); a space of full fine-tuning and adapters searches each method in its own.")
+    effective_batch_size: list[Annotated[int, Field(ge=1)]] = Field(list(CLASSIFIER_EFFECTIVE_BATCHES), min_length=1, description="Samples per optimizer step; the probe picks the micro-batch. Unset: [16, 32] for a classifier (BERT's fine-tuning batch sizes), [8, 16] for a causal LM (8: what TRL's SFTTrainer, LLaMA-Factory's and Axolotl's LoRA examples train with; sources in spaces/space_config.py).")
+    precision: list[Precision] = Field([Precision.fp32, Precision.bf16], min_length=1, description="Training precisions to try.")
+    model: list[str] | None = Field(None, description="Candidate names to try; unset = every entry of `models`.")
+    method: list[Method] = Field([Method.full], min_length=1, description="full fine-tuning, lora, and/or qlora (LoRA on the base loaded in 4-bit NF4 with double quantization, computing in the trial's precision; bitsandbytes).")
+    lora_r: list[Annotated[int, Field(ge=1)]] = Field([8, 16], min_length=1, description="LoRA rank (only sampled for lora and qlora).")
+    lora_alpha: list[Annotated[int, Field(ge=1)]] = Field([16, 32], min_length=1, description="LoRA alpha (only sampled for lora and qlora).")
+    lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
+    warmup_ratio: FloatDim = Field(0.06, description="Fraction of max_steps spent warming up.")
+    weight_decay: FloatDim = Field(0.01, description="AdamW weight decay.")
+    freeze_embeddings: bool = Field(True, description="A classifier's full fine-tuning leaves the word embeddings as the checkpoint has them (no gradient, no optimizer state: all-MiniLM-L6-v2's are 11.7M of its 22.7M weights): 1.13x to 1.29x faster steps on a 2-core CPU, 10% less memory, the same test accuracy in five paired runs (benchmarks/README.md). A causal LM trains them (a chat template's new tokens must learn), and so does the baseline (transformers' defaults train them); LoRA keeps its whole base frozen anyway. false: they train.")
+    dropout: FloatDim | Literal["auto"] | None = Field("auto", description="Every dropout rate of the model (hidden, attention, classifier head: its config's fields, whatever the architecture names them): a value, a searched range, `checkpoint` (the checkpoint's own: 0.1 for BERT-family encoders) or auto: 0 where one model trains at most 2 passes over the training split (the budget's passes, but no more than a trial makes or search.exploit.max_epochs lets the winner train), the checkpoint's own beyond (a short fine-tune under-fits, and dropout slows both its steps and its learning: measured on two tweet slices with all-MiniLM-L6-v2, 0.45 and 0.8 points more after one epoch, 1.15x faster steps; benchmarks/README.md). The baseline keeps the checkpoint's.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _learning_rate_by_method(cls, data: Any) -> Any:
+        """A space without learning_rate searches its methods' default range (a bad method is the field's error)."""
+        if not isinstance(data, dict) or "learning_rate" in data:
+            return data
+        methods = data.get("method", [Method.full])
+        names = [getattr(m, "value", m) for m in methods] if isinstance(methods, list) else []
+        return {**data, "learning_rate": default_learning_rate(names)}
+
+    @model_validator(mode="after")
+    def _learning_rates_of_the_spaces_methods(self) -> "SpaceConfig":
+        if not isinstance(self.learning_rate, MethodLearningRates):
+            return self
+        searched = [m.value for m in self.method]
+        strangers = [name for name in self.learning_rate.given() if name not in searched]
+        if strangers:
+            raise ValueError(f"learning_rate gives a rate for {', '.join(strangers)}, which space.method {searched} "
+                             "does not search; add it to space.method or remove it from space.learning_rate")
+        scales = {m: dim.log for m in searched if isinstance(dim := self.learning_rate.of(m), FloatRange)}
+        if len(set(scales.values())) > 1:
+            listed = ", ".join(f"{m} {'log' if log else 'linear'}" for m, log in scales.items())
+            raise ValueError(f"learning_rate's ranges per method must share one scale (the search samples one "
+                             f"parameter), but found {listed} (a method left out searches its default, a log range); "
+                             "give every range the same `log`")
+        return self
+
+    @property
+    def learning_rate_by_method(self) -> bool:
+        """Whether the learning rate's value or range depends on the trial's method."""
+        return isinstance(self.learning_rate, MethodLearningRates)
+
+    def float_dimension(self, name: str, method: Method | str | None = None) -> Any:
+        """A continuous dimension's value or range for `method`'s trials; without a method, a learning rate that
+        depends on it is the range that spans every method's (what a table or a plot of all trials covers)."""
+        if name != "learning_rate" or not isinstance(self.learning_rate, MethodLearningRates):
+            return getattr(self, name)
+        if method is not None:
+            return self.learning_rate.of(method)
+        dims = [self.learning_rate.of(m) for m in self.method]
+        ends = [end for dim in dims for end in ((dim.low, dim.high) if isinstance(dim, FloatRange) else (dim, dim))]
+        if min(ends) == max(ends):
+            return ends[0]
+        return FloatRange(low=min(ends), high=max(ends), log=all(d.log for d in dims if isinstance(d, FloatRange)))
+
+    def freezes_embeddings(self, task: Task | str, method: Method | str) -> bool:
+        """Whether `freeze_embeddings` applies: a classifier's full fine-tuning (a causal LM's new chat tokens must
+        learn; LoRA's base is frozen anyway). The baseline's recipe never freezes them (search/tuning/context.py)."""
+        return self.freeze_embeddings and Task(task) == Task.classification and Method(method) == Method.full
+
+    def point_problem(self, point: dict[str, Any], models: list[str]) -> str | None:
+        """Why `point` is not a point of this space (None when it is)."""
+        choices: dict[str, list[Any]] = {
+            "model": models, "precision": [p.value for p in self.precision], "method": [m.value for m in self.method],
+            "effective_batch_size": self.effective_batch_size, "lora_r": self.lora_r, "lora_alpha": self.lora_alpha,
+        }
+        method = point.get("method") if point.get("method") in choices["method"] else None
+        for key, value in point.items():
+            if key in choices and value not in choices[key]:
+                return f"{key}={value!r} is not among the space's choices {choices[key]}"
+            dim = self.float_dimension(key, method) if key in FLOAT_DIMENSIONS else None
+            if key not in choices and key not in FLOAT_DIMENSIONS:
+                return f"unknown dimension `{key}`; the dimensions are {sorted([*choices, *FLOAT_DIMENSIONS])}"
+            if key in FLOAT_DIMENSIONS and (dim is None or isinstance(dim, str)):
+                own = AUTO_DROPOUT if dim else CHECKPOINT_DROPOUT
+                return f"{key} is not searched (space.{key} is {own}); set space.{key} to a range to search it"
+            if isinstance(dim, FloatRange) and not dim.low <= float(value) <= dim.high:
+                whose = f" for {method}" if key == "learning_rate" and self.learning_rate_by_method and method else ""
+                return f"{key}={value} lies outside the space's range{whose} [{dim.low:g}, {dim.high:g}]"
+            if dim is not None and not isinstance(dim, FloatRange):
+                return f"{key} is fixed at {dim:g} in the space, so it cannot be set per point"
+        return None
+
+    @field_validator("dropout", mode="before")
+    @classmethod
+    def _checkpoint_dropout(cls, value: Any) -> Any:
+        """`checkpoint` is the word for the checkpoint's own rates (None inside: no override); any other word than
+        auto is refused with every form the field takes (the union's own error names only one)."""
+        if isinstance(value, str) and value not in (CHECKPOINT_DROPOUT, AUTO_DROPOUT) and not _is_number(value):
+            raise ValueError(f"must be a rate in [0, 1), a range {{low, high}}, `{CHECKPOINT_DROPOUT}` (the checkpoint's "
+                             f"own rates) or `{AUTO_DROPOUT}`, but found {value!r}")
+        return None if value == CHECKPOINT_DROPOUT else value
+
+    @field_validator("warmup_ratio", "dropout")
+    @classmethod
+    def _in_unit(cls, value: float | FloatRange | str | None, info) -> float | FloatRange | str | None:
+        if value is None or isinstance(value, str):
+            return value
+        low, high = (value, value) if isinstance(value, float) else (value.low, value.high)
+        if low < 0 or high >= 1:
+            raise ValueError(f"{info.field_name} must lie in [0, 1), but got {low:g}..{high:g}")
+        return value
