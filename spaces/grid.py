@@ -59,8 +59,8 @@ def method_rates(space: SpaceConfig, values: Mapping[str, list[Any]], points: in
         return None
     rates = {}
     for method in values["method"]:
-        searched = isinstance(space.float_dimension("learning_rate", method), FloatRange)
-        rates[method] = _rate_values(space, method, points) if searched else values["learning_rate"][:1]
+        dim = space.float_dimension("learning_rate", method)
+        rates[method] = range_values(dim, points) if isinstance(dim, FloatRange) else values["learning_rate"][:1]
     return rates
 
 
