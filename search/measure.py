@@ -20,8 +20,8 @@ from finesweep.search.probe.device import Device, check_deepspeed, resolve_devic
 from finesweep.search.probe.export_fit import fit_export
 from finesweep.search.probe.plan import RAY_START_SECONDS, apply, plan_search
 from finesweep.search.probe.sharing import core_slots, gpu_slots
-from finesweep.search.probe.steer import (dominated_precisions, fastest_first, slow_values, unmeasured_precisions,
-                                          without)
+from finesweep.search.probe.steer import (dominated_precisions, fastest_first, slow_values, stand_ins,
+                                          unmeasured_precisions, without)
 from finesweep.search.probe.answers import machine_probe_file
 from finesweep.search.probe.table import ProbeResult, probe_all, probe_worker
 from finesweep.search.probe.worker import ProbeWorker
@@ -147,7 +147,7 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
                   if recorded_probes is None else recorded_answers(recorded_probes, console))
     finally:
         worker.close()
-    config, precisions = steer_by_speed(config, precisions, probes, console)
+    config, precisions, probes = steer_by_speed(config, precisions, probes, console)
     config = drop_unfit_models(config, probes, console)
     config = share_devices(config, device, kept_probes(config, precisions, probes), console)
     clock.lap("probe")
@@ -155,11 +155,16 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
 
 
 def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str, Any],
-                   console: Console) -> tuple[SweepConfig, list[str]]:
+                   console: Console) -> tuple[SweepConfig, list[str], dict[str, Any]]:
     """Precisions and methods far slower than the alternatives on this machine leave the space
     (search.min_relative_speed), and so does a reduced precision slower than fp32 or left unmeasured by the probe's
-    share of a time limit. The precisions kept come fastest first (on the first model listed): see fastest_first."""
-    measured = {key: result for key, result in probes.items() if not result.not_measured}
+    share of a time limit for every combination (where it was measured for some, fp32's answers stand in for the
+    rest: see stand_ins). The precisions kept come fastest first (on the first model listed): see fastest_first.
+    Returns the config, the precisions and the answers the trials take (the stand-ins among them)."""
+    probes, notes = stand_ins(probes)
+    for note in notes:
+        console.step(note)
+    measured = {key: result for key, result in probes.items() if not (result.not_measured or result.measured_as)}
     removals = unmeasured_precisions(probes)
     for removal in slow_values(measured, config.search.min_relative_speed) + dominated_precisions(measured):
         if (removal.dimension, removal.value) not in {(kept.dimension, kept.value) for kept in removals}:
@@ -167,10 +172,10 @@ def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str,
     for removal in removals:
         console.warn(f"{removal.dimension} {removal.value} removed from the space: {removal.reason}")
     if removals:
-        config, precisions, warnings = without(config, precisions, removals, probes)
+        config, precisions, warnings = without(config, precisions, removals, measured)
         for warning in warnings:
             console.warn(warning)
-    return config, fastest_first(precisions, config.model_names[0], measured)
+    return config, fastest_first(precisions, config.model_names[0], measured), probes
 
 
 def _export_thread_ratio(config: SweepConfig, device: Device) -> float:

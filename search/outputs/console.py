@@ -245,5 +245,7 @@ def _max_micro(result) -> str:
     """The probe table's max micro-batch, with why the probe stopped short of the largest that fits."""
     if result.not_measured:
         return "- (not measured: time limit)"
+    if result.measured_as:  # steer.stand_ins: this row's figures are another precision's
+        return f"{result.max_micro_batch} ({result.measured_as}'s: not measured, time limit)"
     why = " (stopped: too slow)" if result.too_slow else " (stopped: time limit)" if result.cut_short else ""
     return f"{result.max_micro_batch}{why}"

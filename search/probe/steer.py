@@ -6,10 +6,10 @@ machine's name."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from finesweep.search.probe.table import FULL_PRECISION, ProbeResult
+from finesweep.search.probe.table import FULL_PRECISION, ProbeResult, combination_key
 from finesweep.spaces import Method, SweepConfig
 
 DIMENSIONS = ("precision", "method")
@@ -48,12 +48,39 @@ def slow_values(probes: dict[str, ProbeResult], fraction: float) -> list[Removal
 
 
 def unmeasured_precisions(probes: dict[str, ProbeResult]) -> list[Removal]:
-    """Reduced precisions the probe's share of a time limit left unmeasured (fp32's combinations are probed first
-    and always): without a speed or a micro-batch a trial cannot be planned."""
+    """Reduced precisions the probe's share of a time limit left unmeasured for a combination no stand-in answers
+    (run stand_ins first; fp32's combinations are probed first and always): without a speed or a micro-batch a
+    trial cannot be planned."""
     missed = sorted({r.precision for r in probes.values() if r.not_measured})
     return [Removal("precision", precision, "not measured: the probe's share of search.time_limit was spent before "
                     "its turn, or its first step outlasted its part of it (fp32's combinations come first)")
             for precision in missed]
+
+
+def stand_ins(probes: dict[str, ProbeResult]) -> tuple[dict[str, ProbeResult], list[str]]:
+    """The answers with fp32's standing in for a reduced precision's combinations that the probe's share of a time
+    limit left unmeasured, where the probe measured that precision for another combination; and a note for each.
+
+    The LLM example under `--time-limit 10m` measured bf16 LoRA (1.3x fp32's samples/s) and ran out before bf16's
+    full fine-tune: dropping bf16 from the whole space for it lost LoRA's speed, and the space has one precision
+    dimension for every method (Optuna refuses a categorical whose choices change from trial to trial). fp32's
+    micro-batch fits the reduced precision: autocast keeps the weights in fp32 and most activations in 16 bits, its
+    16-bit copy of the trained weights (2 bytes a parameter against AdamW's 16) within the probe's safety margin; a
+    trial that still does not fit is recorded out of memory and the sweep goes on. fp32's speed plans its trials:
+    an under-estimate where the precision trains faster. A precision measured for no combination stays unmeasured
+    (unmeasured_precisions removes it); a stand-in's speed never judges its precision (measured_as)."""
+    measured = {r.precision for r in probes.values() if not r.not_measured and not r.measured_as}
+    answers, notes = dict(probes), []
+    for key, result in probes.items():
+        full = probes.get(combination_key(result.model, FULL_PRECISION, result.method))
+        if not result.not_measured or result.precision not in measured or full is None or full.not_measured:
+            continue
+        answers[key] = replace(full, precision=result.precision, measured_as=FULL_PRECISION, reused=False,
+                               same_as=None, too_slow=None)
+        notes.append(f"probe: {result.precision} {result.method} on {result.model} was not measured within the probe's "
+                     f"share of search.time_limit; its trials take fp32's micro-batch {full.micro_batch} and are planned "
+                     f"at fp32's speed ({result.precision} was measured for other combinations, so it stays)")
+    return answers, notes
 
 
 def dominated_precisions(probes: dict[str, ProbeResult]) -> list[Removal]:

@@ -54,7 +54,10 @@ class ProbeResult:
     reused: bool = False  # read from the machine's cache: an earlier sweep on this machine measured it
     same_as: str | None = None  # measured on this model: the same checkpoint with another classifier head (pooling)
     cut_short: bool = False  # the probe's share of a time limit ended its search at its last fit (see probe_all)
-    not_measured: bool = False  # the probe's share of a time limit was spent before its turn: it leaves the space
+    not_measured: bool = False  # the probe's share of a time limit was spent before its turn (see steer.stand_ins)
+    # Not measured, but its precision was for another combination: these are fp32's answers for the same model and
+    # method, which its trials take (steer.stand_ins); never a speed to judge the precision by
+    measured_as: str | None = None
 
     @property
     def key(self) -> str:
@@ -132,7 +135,8 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
     and its search ends at its last fit past it (cut_short: no larger micro-batch, no recompute plan, no evaluation
     batch tried). The first precision's combinations (fp32, the others are judged by it) are always measured, and
     their search goes on to the space's smallest effective batch where that costs no more than a part; a reduced
-    precision's turn after the time is spent is not_measured, and leaves the space.
+    precision's turn after the time is spent is not_measured (steer.stand_ins: fp32's answer stands in where the
+    precision was measured for another combination; a precision measured for none leaves the space).
 
     `worker`: the probe process (probe_worker), begun earlier (measure_inputs begins it before the data); closed
     here."""

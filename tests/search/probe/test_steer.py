@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from rich.console import Console as RichConsole
+
 from finesweep.search.measure import steer_by_speed
+from finesweep.search.outputs.console import Console
 from finesweep.search.probe.steer import dominated_precisions, fastest_first, slow_values, without
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
@@ -74,6 +77,46 @@ def test_the_sweep_searches_the_kept_precisions_fastest_first_and_warns_of_each_
                      ("l3", "bf16", "full"): 1.5})
     assert steer_by_speed(config, ["fp32", "bf16"], slower, console)[1] == ["fp32"]
     assert [line.split(":")[0] for line in warned] == ["precision bf16 removed from the space"]
+
+
+def _unmeasured(model: str, precision: str, method: str) -> ProbeResult:
+    return ProbeResult(model=model, precision=precision, method=method, seq_len=64, device="cpu", budget_bytes=1,
+                       max_micro_batch=0, not_measured=True)
+
+
+def test_a_precision_measured_for_some_methods_stays_and_fp32s_answers_stand_in_for_the_rest():
+    """The LLM example under --time-limit 10m measured bf16 LoRA faster than fp32's and ran out before bf16's full
+    fine-tune: bf16 stays, its full fine-tune trains with fp32's micro-batch and is planned at fp32's speed, which
+    never judges bf16 (it would tie fp32 there)."""
+    config = SweepConfig.model_validate({"name": "s", "data": {"path": "d.csv"}, "models": [{"name": "lm", "path": "m"}],
+                                         "space": {"precision": ["fp32", "bf16"], "method": ["lora", "full"]}})
+    said: list[str] = []
+    console = SimpleNamespace(warn=lambda text: said.append(f"warn {text}"), step=lambda text: said.append(text))
+    probes = {**_table({("lm", "fp32", "lora"): 0.7, ("lm", "fp32", "full"): 0.5, ("lm", "bf16", "lora"): 0.9}),
+              "lm|bf16|full": _unmeasured("lm", "bf16", "full")}
+    steered, precisions, answers = steer_by_speed(config, ["fp32", "bf16"], probes, console)
+    stand_in, full = answers["lm|bf16|full"], answers["lm|fp32|full"]
+    assert precisions == ["bf16", "fp32"], "bf16 LoRA, the fastest measured, first"
+    assert (stand_in.precision, stand_in.measured_as, stand_in.not_measured) == ("bf16", "fp32", False)
+    assert (stand_in.micro_batch, stand_in.samples_per_second) == (full.micro_batch, full.samples_per_second)
+    assert answers["lm|bf16|lora"] is probes["lm|bf16|lora"] and steered.space == config.space
+    assert said == ["probe: bf16 full on lm was not measured within the probe's share of search.time_limit; its "
+                    "trials take fp32's micro-batch 8 and are planned at fp32's speed (bf16 was measured for other "
+                    "combinations, so it stays)"]
+    screen = Console(RichConsole(record=True, width=300))
+    screen.probe_table(answers)  # a resume prints the answers it started with: the stand-in says whose they are
+    assert "8 (fp32's: not measured, time limit)" in screen.out.export_text()
+    # bf16 LoRA slower than fp32's: bf16 is judged by what was measured and leaves, its stand-in's tie counts nothing.
+    said.clear()
+    slower = {**probes, **_table({("lm", "bf16", "lora"): 0.6})}
+    _, precisions, _ = steer_by_speed(config, ["fp32", "bf16"], slower, console)
+    assert precisions == ["fp32"] and said[1].startswith("warn precision bf16 removed from the space: it trains slower")
+    # Measured for no combination: nothing stands in, bf16 leaves the space.
+    said.clear()
+    nowhere = {**probes, "lm|bf16|lora": _unmeasured("lm", "bf16", "lora")}
+    _, precisions, answers = steer_by_speed(config, ["fp32", "bf16"], nowhere, console)
+    assert precisions == ["fp32"] and answers == nowhere
+    assert len(said) == 1 and said[0].startswith("warn precision bf16 removed from the space: not measured")
 
 
 def test_a_value_slow_for_one_model_only_stays_and_zero_keeps_everything():
