@@ -5,7 +5,8 @@ Runs `finesweep run minimal.yaml --time-limit <limit>` once, as a user's first s
 cache of its own: the GGUF is dequantized and every combination probed inside the limit). Records the plan's
 division of the limit, the real phases, the trials, the test loss, perplexity and generation scores of every
 exported variant, and the decode speed. Writes benchmarks/llm-time-limit/results-<cpu kind>.json (avx512-bf16,
-avx512 or avx2) and prints a Markdown table. Run from the repository root, with nothing else loading the machine:
+avx512 or avx2; a limit other than 10m adds itself to the name) and prints a Markdown table. Run from the
+repository root, with nothing else loading the machine:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/llm-time-limit/run.py [--limit 10m]
 """
@@ -60,13 +61,19 @@ def collect(folder: Path, console: str, exit_status: int, seconds: float, limit:
 
 
 def _probe(folder: Path) -> dict[str, Any]:
-    """Per combination the probe measured: its seconds, attempts, micro-batch and why it stopped short."""
-    record = folder / "cache" / "probe.json"
+    """Per combination the probe measured: its seconds, attempts, micro-batch and why it stopped short; and whose
+    answer the trials took where the time limit left it unmeasured (measured_as: fp32's stood in)."""
+    record, state = folder / "cache" / "probe.json", folder / "sweep-state.json"
     entries = json.loads(record.read_text()).values() if record.is_file() else []
-    return {f"{e['model']}|{e['precision']}|{e['method']}": {
-        "seconds": round(e["seconds"], 1), "attempts": [a["batch"] for a in e["attempts"]],
-        "max_micro_batch": e["max_micro_batch"], "cut_short": e.get("cut_short", False), "too_slow": e.get("too_slow")}
-        for e in entries}
+    answers = json.loads(state.read_text()).get("probes", {}) if state.is_file() else {}
+    probes = {}
+    for entry in entries:
+        key = f"{entry['model']}|{entry['precision']}|{entry['method']}"
+        probes[key] = {"seconds": round(entry["seconds"], 1), "attempts": [a["batch"] for a in entry["attempts"]],
+                       "max_micro_batch": entry["max_micro_batch"], "cut_short": entry.get("cut_short", False),
+                       "too_slow": entry.get("too_slow"), "not_measured": entry.get("not_measured", False),
+                       "measured_as": answers.get(key, {}).get("measured_as")}
+    return probes
 
 
 def _plan(plan: dict[str, Any]) -> dict[str, Any]:
@@ -83,6 +90,7 @@ def _trials(folder: Path) -> list[dict[str, Any]]:
         if rows:
             config = rows[0].get("config", {})
             found.append({"trial": result.parent.name, "method": config.get("method"),
+                          "precision": config.get("precision"),
                           "learning_rate": config.get("learning_rate"),
                           "effective_batch_size": config.get("effective_batch_size"),
                           "evaluations": [(row["step"], round(row.get("eval_loss", float("nan")), 4)) for row in rows]})
@@ -115,7 +123,7 @@ def main() -> None:
               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                                        text=True).stdout.strip(), **run(args.limit, work)}
     kind = "avx512-bf16" if "avx512_bf16" in result["cpu"] else "avx512" if "avx512" in result["cpu"] else "avx2"
-    out = HERE / f"results-{kind}.json"
+    out = HERE / f"results-{kind}{'' if args.limit == '10m' else '-' + args.limit}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{result['cpu']}; {result['cores']} cores; wrote {out.relative_to(REPO)}\n\n{table(result)}")
 
