@@ -77,9 +77,10 @@ def stand_ins(probes: dict[str, ProbeResult]) -> tuple[dict[str, ProbeResult], l
             continue
         answers[key] = replace(full, precision=result.precision, measured_as=FULL_PRECISION, reused=False,
                                same_as=None, too_slow=None)
-        notes.append(f"probe: {result.precision} {result.method} on {result.model} was not measured within the probe's "
-                     f"share of search.time_limit; its trials take fp32's micro-batch {full.micro_batch} and are planned "
-                     f"at fp32's speed ({result.precision} was measured for other combinations, so it stays)")
+        notes.append(f"probe: {result.precision} {result.method} on {result.model} was not measured within the "
+                     f"probe's share of search.time_limit; its trials take fp32's micro-batch {full.micro_batch} and "
+                     f"are planned at fp32's speed ({result.precision} was measured for other combinations, so it "
+                     "stays)")
     return answers, notes
 
 
