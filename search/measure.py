@@ -19,6 +19,7 @@ from finesweep.search.probe import sharing
 from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions
 from finesweep.search.probe.export_fit import fit_export
 from finesweep.search.probe.plan import RAY_START_SECONDS, apply, plan_search
+from finesweep.search.probe.second_trial import one_trial_warning
 from finesweep.search.probe.sharing import core_slots, gpu_slots
 from finesweep.search.probe.steer import (dominated_precisions, fastest_first, slow_values, stand_ins,
                                           unmeasured_precisions, without)
@@ -209,6 +210,8 @@ def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dic
     if limit:
         plan.notes.append(division)
     inputs.console.plan(plan, elapsed)
+    if warning := one_trial_warning(config, plan_for, plan):
+        inputs.console.warn(warning)
     record = {**plan.to_dict(), "predicted_wall_seconds": round(elapsed + plan.predicted_seconds, 1)}
     return apply(config, plan), {**record, **({"time_limit_seconds": limit} if limit else {})}
 

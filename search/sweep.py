@@ -247,7 +247,7 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
     edges = [] if baseline_won else edge_warnings(best.params, session.config.space,  # the baseline is off-space
                                                   session.compared)
     exported = export_winner(session.config, session.folder, session.data, best, console, baseline, edges,
-                             session.exploitation, session.equal_samples)
+                             session.exploitation, session.equal_samples, len(session.compared))
     registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)
     session.clock.lap("export")
     return {"best": best.as_dict(), "export_dir": str(exported.folder), "test_metrics": exported.metrics,
@@ -280,7 +280,8 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
     baseline = Best.from_dict(summary["baseline_trial"]) if summary.get("baseline_trial") else None
     exported = export_winner(config, folder, prepare_data(config, folder, console), best, console, baseline,
                              summary.get("edge_warnings"), summary.get("exploitation"),
-                             (summary.get("baseline") or {}).get("equal_samples"))
+                             (summary.get("baseline") or {}).get("equal_samples"),
+                             (summary.get("baseline") or {}).get("searched_trials"))
     record_export(config, Tracker(state["tracking_uri"]), state["experiment_id"], state["parent_run_id"], exported,
                   best, console)
     return exported
@@ -288,7 +289,9 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
 
 def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console,
                   baseline=None, edges: list[str] | None = None, exploitation: dict[str, Any] | None = None,
-                  paired: dict[str, Any] | None = None):
+                  paired: dict[str, Any] | None = None, searched: int | None = None):
+    """`paired`: the winner's and the baseline's trials at equal samples; `searched`: the space's trials that
+    reported an evaluation (selection/baseline.py::sentence), both for the comparison with the baseline."""
     name = baseline_comparison.export_name({"trial_id": best.trial_id, "exploitation": exploitation})
     console.step(f"Exporting the best checkpoint ({name}, step {best.step}) and quantizing")
     tokenizer = load_tokenizer(config.candidate(best.model), config.trust_remote_code)
@@ -298,7 +301,8 @@ def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep,
                          best={**best.as_dict(), **({"exploitation": exploitation} if exploitation else {})},
                          out_dir=folder.export_dir(config), label_names=data.prepared.label_names,
                          log_file=folder.log_file,
-                         baseline={**baseline.as_dict(), "equal_samples": paired} if baseline else None,
+                         baseline={**baseline.as_dict(), "equal_samples": paired, "searched_trials": searched}
+                         if baseline else None,
                          search_warnings=edges, chat_format=data.prepared.report.chat_format)
     console.export_table(result)
     return result

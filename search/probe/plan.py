@@ -40,6 +40,7 @@ RAY_START_SECONDS = 8.0  # a local Ray's start and Tune's set-up before the firs
 # The budget a trial started first may fill: the rest is the margin for the probe's speeds being optimistic (the
 # trials' periods came out 5% shorter than planned on the quickstart), so it ends with its last evaluation.
 BUDGET_MARGIN = 0.05
+TRIALS_COMPARED = 2  # the fewest trials a time budget's plan leaves room for: a search compares (see trial_room)
 FORWARD_SPEEDUP = 3.0  # evaluation speed when the probe could not measure it: a forward pass, no backward
 SIMULATIONS = 31  # seeded runs of the search; the plan reports their median
 
@@ -174,35 +175,40 @@ class Schedule:
 
 
 def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_every_steps: int,
-                     time_budget: float | None, step_budget: int | None) -> Schedule:
+                     time_budget: float | None, step_budget: int | None, concurrency: int) -> Schedule:
     """The trials' length. The file's max_steps when the budget pays for it with every combination; under a time
     budget that does not, periods of the fastest combination's length (at least twice the longest evaluation, so
     no combination spends more than half its time evaluating), as many as a trial started first fits after its
-    start, stretched to fill the budget (see _stretched); under a step budget, at most the steps it pays for."""
+    start in its room (trial_room: the budget, or half of it with one trial at a time), stretched to fill that room
+    (see _stretched); under a step budget, at most the steps it pays for."""
     evaluations = max_steps // eval_every_steps
     schedule = Schedule(evaluations)
     if time_budget is not None:
         slowest = max(combinations, key=lambda c: c.period_seconds(eval_every_steps))
         start = max(c.start_seconds for c in combinations)
-        if start + evaluations * slowest.period_seconds(eval_every_steps) > time_budget:
+        room, room_words = trial_room(time_budget, concurrency)
+        if start + evaluations * slowest.period_seconds(eval_every_steps) > room:
             fastest = min(combinations, key=lambda c: c.period_seconds(eval_every_steps))
             longest_evaluation = max(c.seconds_per_evaluation for c in combinations)
             period = max(fastest.period_seconds(eval_every_steps), 2 * longest_evaluation)
-            fits = int((time_budget - start) // period)
+            if room < time_budget and room - start < period:  # two trials do not fit: one, with the whole budget
+                room, room_words = time_budget, ""
+            fits = int((room - start) // period)
             why = (f"what {fastest.key} takes for {eval_every_steps} steps and its evaluation"
                    if period == fastest.period_seconds(eval_every_steps) else
                    f"twice the longest evaluation, {longest_evaluation:.0f} s")
-            stretched = _stretched(period, fastest, fits, evaluations, max_steps, time_budget, start)
+            stretched = _stretched(period, fastest, fits, evaluations, max_steps, room, start)
             if stretched > period:
                 period = stretched
-                why += f", stretched to fill the budget but {BUDGET_MARGIN:.0%}"
+                why += f", stretched to fill {'its room' if room_words else 'the budget'} but {BUDGET_MARGIN:.0%}"
             schedule = Schedule(max(1, min(evaluations, fits)), period)
             periods = f"{schedule.evaluations} evaluation period{'' if schedule.evaluations == 1 else 's'}"
+            inside = room_words or "the trials' budget of"
             schedule.notes.append(
-                f"trials allotted time: {periods} of {period:.0f} s each ({why}), so "
-                f"a trial started first ends inside the trials' budget of {time_budget:.0f} s; {slowest.key} would "
-                f"take {slowest.period_seconds(eval_every_steps):.0f} s per {eval_every_steps} steps, and trains "
-                "fewer steps in the same time")
+                f"trials allotted time: {periods} of {period:.0f} s each ({why}), so a trial started first ends "
+                f"inside {inside} {room:.0f} s; {slowest.key} would take "
+                f"{slowest.period_seconds(eval_every_steps):.0f} s per {eval_every_steps} steps, and trains fewer "
+                "steps in the same time")
             if fits < 1:
                 schedule.notes.append(f"the budget does not pay for one evaluation of {fastest.key}: raise "
                                       "search.time_budget_minutes or lower search.eval_every_steps")
@@ -211,6 +217,20 @@ def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_
         schedule.notes.append(f"trials shortened to {schedule.evaluations * eval_every_steps} steps: the step budget "
                               f"is {step_budget}")
     return schedule
+
+
+def trial_room(time_budget: float, concurrency: int) -> tuple[float, str]:
+    """The seconds a trial started first may take of the trials' `time_budget`, and the words for it ("" where it
+    is the whole budget). A search compares at least TRIALS_COMPARED trials: with that many at once (the tweets
+    example's two) a trial may take the whole budget while the others start beside it; with one at a time, a trial
+    that filled the budget was the only one (the baseline, which ASHA never stops: the LLM file of
+    benchmarks/llm-time-limit/ searched nothing at a budget of any length up to 60 minutes), so it takes its share."""
+    if concurrency >= TRIALS_COMPARED:
+        return time_budget, ""
+    share = concurrency / TRIALS_COMPARED
+    at_once = f"{concurrency} trial{'s' if concurrency > 1 else ''} at a time"
+    return time_budget * share, (f"its room of {share:.0%} of the trials' budget (with {at_once}, so that "
+                                 f"{TRIALS_COMPARED} trials are compared):")
 
 
 def _stretched(period: float, fastest: CombinationTimes, fits: int, evaluations: int, max_steps: int,
@@ -253,12 +273,13 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
         search, lowered = leaving_a_first_evaluation(
             search, max(c.start_seconds + c.period_seconds(search.eval_every_steps) for c in combinations))
         auto_note += lowered
-    schedule, per_evaluation = _trials_schedule(search, combinations, config.space.effective_batch_size)
+    schedule, per_evaluation = _trials_schedule(search, combinations, config.space.effective_batch_size, concurrency)
     fewest = _fewest_trial_samples(schedule, per_evaluation, search.eval_every_steps,
                                    min(config.space.effective_batch_size))
     search, capped_note = sparing_a_capped_winner(search, fewest, train_rows)
     if capped_note:  # the trials' part is the whole budget now: longer trials, perhaps more of them
-        schedule, per_evaluation = _trials_schedule(search, combinations, config.space.effective_batch_size)
+        schedule, per_evaluation = _trials_schedule(search, combinations, config.space.effective_batch_size,
+                                                    concurrency)
     time_budget = search.exploration_seconds  # the trials' share: the rest trains the winner (search.exploit)
     plan = SearchPlan(combinations, search.eval_every_steps, schedule.evaluations * search.eval_every_steps,
                       search.max_steps, search.num_trials, search.num_trials, concurrency, _budget_words(config), 0.0,
@@ -298,14 +319,14 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     return plan
 
 
-def _trials_schedule(search: SearchConfig, combinations: list[CombinationTimes],
-                     effective_batches: list[int]) -> tuple[Schedule, dict[str, int]]:
+def _trials_schedule(search: SearchConfig, combinations: list[CombinationTimes], effective_batches: list[int],
+                     concurrency: int) -> tuple[Schedule, dict[str, int]]:
     """The trials' schedule in the trials' share of the budget, and the samples each combination trains per
     evaluation where they are allotted time (empty where every trial trains search.max_steps)."""
     schedule = Schedule(search.max_steps // search.eval_every_steps)
     if search.fit_to_budget:
         schedule = planned_schedule(combinations, search.max_steps, search.eval_every_steps,
-                                    search.exploration_seconds, search.step_budget)
+                                    search.exploration_seconds, search.step_budget, concurrency)
     per_evaluation = (samples_per_evaluation(combinations, schedule.period_seconds,
                                              statistics.fmean(effective_batches))
                       if schedule.period_seconds else {})

@@ -30,7 +30,9 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
     name, higher_is_better = PRIMARY[Task(task)]
     won = baseline_trial["trial_id"] == origin(best)
     gain = _gain(winner[name], baseline[name], higher_is_better)
-    said = sentence(name, winner[name], baseline[name], gain, higher_is_better, won, origin(best) != best["trial_id"])
+    searched = baseline_trial.get("searched_trials")
+    said = sentence(name, winner[name], baseline[name], gain, higher_is_better, won, origin(best) != best["trial_id"],
+                    searched)
     pair = baseline_trial.get("equal_samples") if not won else None
     if not won and (trained := _samples(best)) > (reference := _samples(baseline_trial)) > 0:
         # Where the recipes were paired and the tuned one did not lead, the whole gain is the longer training.
@@ -52,7 +54,7 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
         "winner_test": quality(winner, task), "metric": name, "gain": gain,
         "gain_unit": "points" if higher_is_better else "percent", "validation_gain": best["value"] - baseline_trial["value"],
         "baseline_won": won, "sentence": said, "untuned_test": quality(untuned, task) if untuned else None,
-        "equal_samples": pair,
+        "equal_samples": pair, "searched_trials": searched,
     }
 
 
@@ -102,15 +104,18 @@ def _gain(winner: float, baseline: float, higher_is_better: bool) -> float:
 
 
 def sentence(name: str, winner: float, baseline: float, gain: float, higher_is_better: bool, won: bool,
-             continued: bool = False) -> str:
+             continued: bool = False, searched: int | None = None) -> str:
+    """`searched`: the space's trials (the baseline aside) that reported an evaluation; 0: the budget paid for the
+    baseline alone, and "found nothing better" would claim a search that did not happen (None: not counted)."""
     unit = "points" if higher_is_better else "%"
+    verdict = ("the budget paid for the baseline trial alone (no trial of the space reached an evaluation: nothing "
+               "was compared)" if searched == 0 else
+               "the baseline recipe was the best on validation: the search found nothing better in its budget")
     if won and continued:  # the recipe itself, trained longer: what the budget bought, not what the search found
-        return (f"the baseline recipe was the best on validation: the search found nothing better in its budget, so "
-                f"the export is the baseline recipe trained further with the rest of the budget (test {name} "
-                f"{winner:.4g} against {baseline:.4g} at its checkpoint from the search, {gain:+.2f} {unit})")
+        return (f"{verdict}, so the export is the baseline recipe trained further with the rest of the budget (test "
+                f"{name} {winner:.4g} against {baseline:.4g} at its checkpoint from the search, {gain:+.2f} {unit})")
     if won:
-        return (f"the baseline recipe was the best on validation: the search found nothing better in its budget, so "
-                f"the export is the baseline's checkpoint (test {name} {winner:.4g})")
+        return f"{verdict}, so the export is the baseline's checkpoint (test {name} {winner:.4g})"
     better = gain > 0 if higher_is_better else gain < 0
     verdict = "better than" if better else ("the same as" if gain == 0 else "worse than")
     return (f"tuned vs baseline: test {name} {winner:.4g} against {baseline:.4g} ({gain:+.2f} {unit}): the tuned model "

@@ -103,18 +103,22 @@ def test_trials_running_at_once_spend_the_step_budget_together():
 
 def test_a_budget_that_pays_for_every_combinations_max_steps_keeps_them():
     fast, slow = times("fast", step=0.5, evaluation=5.0), times("slow", step=2.0, evaluation=10.0)  # 30 s, 110 s
-    schedule = planned_schedule([fast, slow], max_steps=200, eval_every_steps=50, time_budget=600.0, step_budget=None)
+    schedule = planned_schedule([fast, slow], max_steps=200, eval_every_steps=50, time_budget=600.0,
+                                step_budget=None, concurrency=2)
     assert (schedule.evaluations, schedule.period_seconds, schedule.notes) == (4, None, [])  # 10 + 4 x 110 <= 600
 
 
 def test_a_time_budget_too_short_for_the_slowest_allots_time_in_the_fastests_periods():
     fast, slow = times("fast", step=0.5, evaluation=5.0), times("slow", step=2.0, evaluation=10.0)  # 30 s, 110 s
-    schedule = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=600.0, step_budget=None)
+    schedule = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=600.0,
+                                step_budget=None, concurrency=2)
     assert schedule.period_seconds == 30.0 and schedule.evaluations == int((600 - START) // 30.0)
     assert "fast" in schedule.notes[0] and "slow" in schedule.notes[0]
-    capped = planned_schedule([fast, slow], max_steps=400, eval_every_steps=50, time_budget=600.0, step_budget=None)
+    capped = planned_schedule([fast, slow], max_steps=400, eval_every_steps=50, time_budget=600.0,
+                              step_budget=None, concurrency=2)
     assert (capped.evaluations, capped.period_seconds) == (8, 30.0)  # never more than the file's max_steps
-    hopeless = planned_schedule([slow], max_steps=400, eval_every_steps=50, time_budget=60.0, step_budget=None)
+    hopeless = planned_schedule([slow], max_steps=400, eval_every_steps=50, time_budget=60.0,
+                                step_budget=None, concurrency=2)
     assert hopeless.evaluations == 1 and any("does not pay for one evaluation" in n for n in hopeless.notes)
 
 
@@ -122,29 +126,69 @@ def test_the_periods_stretch_to_fill_the_budget_but_never_past_max_steps():
     fast, slow = times("fast", step=0.5, evaluation=5.0), times("slow", step=2.0, evaluation=10.0)  # 30 s, 110 s
     # 12 periods of 30 s fit after a trial's start in 395 s, and leave 25 s: more than the margin (20 s), so the
     # periods grow until a trial started first ends at 95% of the budget.
-    schedule = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=395.0, step_budget=None)
+    schedule = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=395.0,
+                                step_budget=None, concurrency=2)
     assert schedule.evaluations == 12 and "stretched" in schedule.notes[0]
     assert START + 12 * schedule.period_seconds == pytest.approx(395.0 * (1 - planning.BUDGET_MARGIN))
     # 1 period of 30 s fits in 69 s; filling 95% of it would train fast 111 steps, past max_steps (100): the
     # stretch stops where fast trains exactly those.
-    capped = planned_schedule([fast], max_steps=100, eval_every_steps=50, time_budget=69.0, step_budget=None)
+    capped = planned_schedule([fast], max_steps=100, eval_every_steps=50, time_budget=69.0,
+                              step_budget=None, concurrency=2)
     assert capped.evaluations == 1 and capped.period_seconds == pytest.approx(5.0 + 100 * 0.5)
     # A budget that leaves less than the margin keeps the fastest's period.
-    kept = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=385.0, step_budget=None)
+    kept = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=385.0,
+                            step_budget=None, concurrency=2)
     assert kept.period_seconds == 30.0 and "stretched" not in kept.notes[0]
+
+
+def test_with_one_trial_at_a_time_a_trial_takes_half_the_budget_so_that_two_are_compared():
+    """A trial that filled the budget with one slot was the only trial: the baseline, which ASHA never stops. The
+    LLM file of benchmarks/llm-time-limit/ planned one trial at every budget up to 60 minutes."""
+    fast, slow = times("fast", step=0.5, evaluation=5.0), times("slow", step=2.0, evaluation=10.0)  # 30 s, 110 s
+    one = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=600.0, step_budget=None,
+                           concurrency=1)
+    assert one.evaluations == int((300 - START) // 30.0)
+    assert START + one.evaluations * one.period_seconds == pytest.approx(300 * (1 - planning.BUDGET_MARGIN))
+    assert "inside its room of 50% of the trials' budget (with 1 trial at a time, so that 2 trials are compared): " \
+           "300 s" in one.notes[0]
+    two = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=600.0, step_budget=None,
+                           concurrency=2)
+    assert two.evaluations == int((600 - START) // 30.0) and "room" not in two.notes[0], "two slots: as before"
+    kept = planned_schedule([fast, slow], max_steps=100, eval_every_steps=50, time_budget=600.0, step_budget=None,
+                            concurrency=1)
+    assert (kept.evaluations, kept.period_seconds) == (2, None), "max_steps fits in the room: 10 + 2 x 110 <= 300"
+    # Half the budget does not pay for one period after a trial's start: one trial, the whole budget, as before.
+    alone = planned_schedule([slow], max_steps=400, eval_every_steps=50, time_budget=200.0, step_budget=None,
+                             concurrency=1)
+    assert alone.evaluations == 1 and "room" not in alone.notes[0] and "the budget" in alone.notes[0]
+    assert START + alone.period_seconds == pytest.approx(200.0 * (1 - planning.BUDGET_MARGIN))
+
+
+def test_a_plan_with_one_trial_at_a_time_starts_more_than_the_baseline():
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
+    config = _config(time_budget_minutes=5, num_trials=10, max_steps=2000, exploit={"share": 0})
+
+    def plan(concurrency: int):
+        return planning.plan_search(config, probes, validation_rows=80, test_rows=40, seq_len=64,
+                                    concurrency=concurrency)
+
+    one, two = plan(1), plan(2)
+    assert one.num_trials >= 2 and one.simulated.started >= 2
+    assert max(one.trial_seconds(c) for c in one.combinations) <= 300 / 2
+    assert max(two.trial_seconds(c) for c in two.combinations) > 300 / 2, "two slots: a trial may fill the budget"
 
 
 def test_no_combination_spends_more_than_half_a_period_evaluating():
     fast, slow_eval = times("fast", step=0.5, evaluation=5.0), times("slow-eval", step=1.0, evaluation=40.0)
     schedule = planned_schedule([fast, slow_eval], max_steps=2000, eval_every_steps=50, time_budget=600.0,
-                                step_budget=None)
+                                step_budget=None, concurrency=2)
     assert schedule.period_seconds == 80.0  # not fast's 30 s: slow-eval's 40 s evaluation would fill it
     assert schedule.evaluations == int((600 - START) // 80.0) and "twice the longest evaluation" in schedule.notes[0]
 
 
 def test_a_step_budget_shortens_the_trials_to_what_it_pays_for():
     schedule = planned_schedule([times("a", 0.5, 5.0)], max_steps=400, eval_every_steps=50, time_budget=None,
-                                step_budget=120)
+                                step_budget=120, concurrency=2)
     assert schedule.evaluations == 2 and "step budget" in schedule.notes[0]
 
 
@@ -512,7 +556,8 @@ def test_a_model_the_probe_took_long_to_load_starts_its_trials_later_and_fits_fe
     [slow_times] = planning.combination_times({"m": slow}, [8], validation_rows=80)
     assert quick_times.start_seconds == START and slow_times.start_seconds == pytest.approx(START + 20.0)
     assert probe("m", "fp32", 8.0).load_seconds == 0.0, "an older cache's answer: the fixed start"
-    schedules = [planned_schedule([times], max_steps=1000, eval_every_steps=10, time_budget=100.0, step_budget=None)
+    schedules = [planned_schedule([times], max_steps=1000, eval_every_steps=10, time_budget=100.0,
+                                  step_budget=None, concurrency=2)
                  for times in (quick_times, slow_times)]
     period = quick_times.period_seconds(10)
     assert [s.evaluations for s in schedules] == [int((100 - START) // period), int((100 - START - 20) // period)]

@@ -118,6 +118,17 @@ def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_
     assert ("the export is the baseline recipe trained further with the rest of the budget (test accuracy 0.766 "
             "against 0.7405 at its checkpoint from the search, +2.55 points)") in continued["sentence"]
     assert "dropout" not in continued["sentence"], "neither trained with a dropout of the sweep's"
+    # No trial of the space reached an evaluation (the budget paid for the baseline alone): nothing was compared,
+    # and the sentence says so rather than "found nothing better"; the count is kept for a re-export.
+    alone = compare(Task.classification, {"accuracy": 0.766}, {"accuracy": 0.7405},
+                    {**best, "trial_id": "c", "exploitation": {"source_trial": "a", "continued": True}},
+                    {**base, "searched_trials": 0})
+    assert alone["sentence"].startswith("the budget paid for the baseline trial alone (no trial of the space reached "
+                                        "an evaluation: nothing was compared), so the export is the baseline recipe "
+                                        "trained further") and alone["searched_trials"] == 0
+    searched = compare(Task.classification, {"accuracy": 0.7}, {"accuracy": 0.7}, {**best, "trial_id": "a"},
+                       {**base, "searched_trials": 3})
+    assert "the search found nothing better" in searched["sentence"] and searched["searched_trials"] == 3
     undropped = compare(Task.classification, {"accuracy": 0.77}, {"accuracy": 0.7405}, {
         **best, "trial_id": "c", "exploitation": {"source_trial": "a", "continued": True}, "params": {"dropout": 0.0}},
         base)

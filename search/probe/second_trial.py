@@ -1,0 +1,40 @@
+"""A plan that starts one trial searches nothing: the words that say so before anything trains, with the budget that
+would start a second one. The LLM file of benchmarks/llm-time-limit/ under `--time-limit 10m` on 2 cores trained
+its baseline alone and ended "the search found nothing better", having compared nothing."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from finesweep.search.probe.plan import SearchPlan
+from finesweep.spaces import SweepConfig
+
+# The search budgets tried for a second trial: the planned one times GROWTH, GROWTH^2, ... up to MAX_FACTOR. The plan
+# is a millisecond's arithmetic, so re-planning a few dozen times costs nothing beside the probe.
+GROWTH, MAX_FACTOR = 1.1, 16.0
+
+
+def one_trial_warning(config: SweepConfig, plan_for: Callable[[SweepConfig], SearchPlan | None],
+                      plan: SearchPlan) -> str | None:
+    """The warning for a time-budgeted plan that starts one trial where the file asks for more (None otherwise):
+    what that one trial is, and about how many more seconds of search budget a second trial needs, found by
+    planning the same sweep at growing budgets."""
+    search = config.search
+    if plan.num_trials != 1 or search.num_trials < 2 or not search.fit_to_budget or not search.time_budget_minutes:
+        return None
+    alone = (", the baseline's (search.baseline), so the search compares nothing and the export is the recipe a user "
+             "would run, trained further" if search.baseline != "off" else
+             ", the space's centre, so the search compares nothing")
+    minutes, needed = search.time_budget_minutes, None
+    while needed is None and minutes < MAX_FACTOR * search.time_budget_minutes:
+        minutes *= GROWTH
+        larger = config.model_copy(update={"search": search.model_copy(update={"time_budget_minutes": minutes})})
+        if (replanned := plan_for(larger)) is not None and replanned.num_trials >= 2:
+            needed = minutes
+    more = (f"About {(needed - search.time_budget_minutes) * 60:.0f} s more for the search (search.time_budget_minutes "
+            f"{needed:.3g}, or a time limit that much longer) pays for a second trial"
+            if needed else f"Not even {MAX_FACTOR:g} times this budget pays for a second trial here")
+    if plan.exploit_share:
+        more += f", and so may a smaller share for the winner's further training (search.exploit.share, now " \
+                f"{plan.exploit_share:.2f})"
+    return f"the budget pays for one trial{alone}. {more}."
