@@ -20,7 +20,9 @@ def test_plan_prints_the_trials_a_budget_pays_for_and_trains_nothing(tmp_path):
     out = " ".join(result.stdout.split())  # rich wraps long lines
     assert "Memory probe" in out and "Plan:" in out and "predicted:" in out
     assert "plan: trials allotted time:" in out and "plan: num_trials 50 ->" in out
-    assert re.search(r"ends inside the trials' budget of \d+ s;", out), "whole seconds, not 0.362-minute"
+    # One trial at a time (a CPU's default): a trial's room is half the trials' budget, in whole seconds.
+    assert re.search(r"ends inside its room of 50% of the trials' budget \(with 1 trial at a time, so that 2 trials "
+                     r"are compared\): \d+ s;", out), "whole seconds, not 0.362-minute"
     assert "budget: 30 s" not in out and "budget: 0.5 minutes" in out, "the file's budget as written"
     evaluations = int(out.split("Plan: ", 1)[1].split(" evaluation")[0])  # 1 evaluation, 2 evaluations
     assert 1 <= evaluations < 300000 // 5  # fewer than the file's 60,000 evaluation periods
