@@ -35,6 +35,6 @@ def one_trial_warning(config: SweepConfig, plan_for: Callable[[SweepConfig], Sea
             f"{needed:.3g}, or a time limit that much longer) pays for a second trial"
             if needed else f"Not even {MAX_FACTOR:g} times this budget pays for a second trial here")
     if plan.exploit_share:
-        more += f", and so may a smaller share for the winner's further training (search.exploit.share, now " \
-                f"{plan.exploit_share:.2f})"
+        more += (", and so may a smaller share for the winner's further training (search.exploit.share, now "
+                 f"{plan.exploit_share:.2f})")
     return f"the budget pays for one trial{alone}. {more}."

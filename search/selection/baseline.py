@@ -108,14 +108,14 @@ def sentence(name: str, winner: float, baseline: float, gain: float, higher_is_b
     """`searched`: the space's trials (the baseline aside) that reported an evaluation; 0: the budget paid for the
     baseline alone, and "found nothing better" would claim a search that did not happen (None: not counted)."""
     unit = "points" if higher_is_better else "%"
-    verdict = ("the budget paid for the baseline trial alone (no trial of the space reached an evaluation: nothing "
-               "was compared)" if searched == 0 else
-               "the baseline recipe was the best on validation: the search found nothing better in its budget")
+    why = ("the budget paid for the baseline trial alone (no trial of the space reached an evaluation: nothing was "
+           "compared)" if searched == 0 else
+           "the baseline recipe was the best on validation: the search found nothing better in its budget")
     if won and continued:  # the recipe itself, trained longer: what the budget bought, not what the search found
-        return (f"{verdict}, so the export is the baseline recipe trained further with the rest of the budget (test "
+        return (f"{why}, so the export is the baseline recipe trained further with the rest of the budget (test "
                 f"{name} {winner:.4g} against {baseline:.4g} at its checkpoint from the search, {gain:+.2f} {unit})")
     if won:
-        return f"{verdict}, so the export is the baseline's checkpoint (test {name} {winner:.4g})"
+        return f"{why}, so the export is the baseline's checkpoint (test {name} {winner:.4g})"
     better = gain > 0 if higher_is_better else gain < 0
     verdict = "better than" if better else ("the same as" if gain == 0 else "worse than")
     return (f"tuned vs baseline: test {name} {winner:.4g} against {baseline:.4g} ({gain:+.2f} {unit}): the tuned model "
