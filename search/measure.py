@@ -165,7 +165,7 @@ def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str,
     probes, notes = stand_ins(probes)
     for note in notes:
         console.step(note)
-    measured = {key: result for key, result in probes.items() if not (result.not_measured or result.measured_as)}
+    measured = {key: result for key, result in probes.items() if result.own_speed}
     removals = unmeasured_precisions(probes)
     for removal in slow_values(measured, config.search.min_relative_speed) + dominated_precisions(measured):
         if (removal.dimension, removal.value) not in {(kept.dimension, kept.value) for kept in removals}:

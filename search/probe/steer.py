@@ -69,7 +69,7 @@ def stand_ins(probes: dict[str, ProbeResult]) -> tuple[dict[str, ProbeResult], l
     trial that still does not fit is recorded out of memory and the sweep goes on. fp32's speed plans its trials:
     an under-estimate where the precision trains faster. A precision measured for no combination stays unmeasured
     (unmeasured_precisions removes it); a stand-in's speed never judges its precision (measured_as)."""
-    measured = {r.precision for r in probes.values() if not r.not_measured and not r.measured_as}
+    measured = {r.precision for r in probes.values() if r.own_speed}
     answers, notes = dict(probes), []
     for key, result in probes.items():
         full = probes.get(combination_key(result.model, FULL_PRECISION, result.method))

@@ -64,6 +64,12 @@ class ProbeResult:
         return combination_key(self.model, self.precision, self.method)
 
     @property
+    def own_speed(self) -> bool:
+        """Whether this row's speeds were measured for it (not left unmeasured, not another precision's stand-in):
+        only these judge a precision or a method."""
+        return not (self.not_measured or self.measured_as)
+
+    @property
     def probe_steps(self) -> int:
         return sum(a.get("steps", 0) for a in self.attempts)
 
