@@ -165,6 +165,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     from finesweep.search.tuning.callbacks import TrialEndRecorder, budget_end_state, no_evaluation_reason
     from finesweep.search.tuning.ray_cluster import start_ray
     from finesweep.search.tuning.scratch import remove_scratch_left_here
+    from finesweep.search.tuning.trials_share import planned_times
     from finesweep.search.tuning.tuner import TuneSetup, make_tuner, restore_tuner
 
     config, tracker = session.config, session.tracker
@@ -184,7 +185,8 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     session.console.search_start(config.search.algorithm, config.search.scheduler, config.search.plateau_patience)
     evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
     recorder = TrialEndRecorder(tracker.uri, context, evaluations, session.console.trial_event(config.search.metric))
-    setup = TuneSetup(context, session.folder.tune, tune_experiment, session.precisions, [recorder])
+    setup = TuneSetup(context, session.folder.tune, tune_experiment, session.precisions, [recorder],
+                      planned_times(session.plan))
     continuing = read_state(session.folder.root).get("exploitation") if resume else None
     started = time.time()
     if continuing:  # interrupted while the winner trained further: the trials are over, their results are kept

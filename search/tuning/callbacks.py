@@ -17,12 +17,15 @@ from finesweep.search.selection.best import SINCE_BEST
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import END_STATE_TAG, ERROR_TAG
 from finesweep.search.tuning.context import TrialContext
+from finesweep.search.tuning.trials_share import (CUT_BY_SHARE, ShareState, TrialTimes, mean_pace, measured_pace,
+                                                  next_period)
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic
 from finesweep.spaces.space import BASELINE_KEY
 
 
 STEP_LEDGER = "step_budget.json"
+LEDGER_EVERY_SECONDS = 1.0  # how often the trials' share writes its spent seconds besides at each result
 
 
 class StepBudgetStopper(Stopper):
@@ -68,27 +71,59 @@ class TrialsShareStopper(Stopper):
     all stop before evaluating and leave nothing to export. It waits at most until `longest` seconds (the whole
     search budget), taking the time from the winner's further training (exploit.py gives it what is left).
 
-    Like Tune's TimeoutStopper it counts the seconds between its calls, and a resumed sweep gets back what it had
-    spent (Tune pickles stoppers with the experiment): the downtime of a crash is not counted."""
+    A trial whose next evaluation would come after the share's end ends at the evaluation it just reported (its
+    evaluations count; the rest of its period would be cut off unused): see trials_share.py, which also keeps new
+    trials from starting too late by the `ledger` written here. `times`: the plan's, per combination.
 
-    def __init__(self, seconds: float, longest: float):
+    Like Tune's TimeoutStopper it counts the seconds between its calls, and a resumed sweep gets back what it had
+    spent (Tune pickles stoppers with the experiment; the ledger, written more often, when it is further on): the
+    downtime of a crash is not counted."""
+
+    def __init__(self, seconds: float, longest: float, ledger: Path | None = None,
+                 times: dict[str, TrialTimes] | None = None):
         self.seconds, self.longest = seconds, max(seconds, longest)
+        self.ledger, self.times = ledger, times or {}
         self.spent, self.evaluated = 0.0, False
+        self.paces: dict[str, float] = {}  # trial id -> its last period over the plan's
         self._last_check: float | None = None
+        self._written = 0.0
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _last_check=None)
+        # A stopper pickled by an older finesweep has no ledger, times or paces.
+        self.__dict__.update({"ledger": None, "times": {}, "paces": {}, **state, "_last_check": None, "_written": 0.0})
+        written = ShareState.read(self.ledger) if self.ledger else None
+        if written and written.spent > self.spent:
+            self.spent = written.spent
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         self.evaluated = True  # a trial reports only at its evaluations
-        return False
+        self._tick()
+        if (pace := measured_pace(result, self.times)) is not None:
+            self.paces[trial_id] = pace
+        self._write(force=True)
+        period = next_period(result, self.times)
+        if period is None or self.spent + period <= self.seconds:
+            return False
+        result[CUT_BY_SHARE] = True  # the recorder's end state (the result becomes the trial's last)
+        return True
 
     def stop_all(self) -> bool:
+        self._tick()
+        self._write()
+        return self.spent >= self.longest or (self.evaluated and self.spent >= self.seconds)
+
+    def _tick(self) -> None:
         now = time.time()
         if self._last_check is not None:
             self.spent += now - self._last_check
         self._last_check = now
-        return self.spent >= self.longest or (self.evaluated and self.spent >= self.seconds)
+
+    def _write(self, force: bool = False) -> None:
+        """The ledger the trial start gate reads: at each result, and once a second besides (Tune asks every loop)."""
+        if self.ledger is None or not (force or self.spent - self._written >= LEDGER_EVERY_SECONDS):
+            return
+        ShareState(self.seconds, self.spent, mean_pace(self.paces)).write(self.ledger)
+        self._written = self.spent
 
 
 class PlateauStopper(Stopper):
@@ -173,8 +208,9 @@ class TrialEndRecorder(Callback):
         last = trial.last_result
         patience = self.context.sweep.get("search", {}).get("plateau_patience")
         done = last.get("training_iteration", 0) >= self.max_evaluations
-        state = ("completed" if done else f"plateaued_at_step_{last.get('step')}" if plateaued(last, patience)
-                 else f"stopped_early_at_step_{last.get('step')}")
+        step = last.get("step")
+        state = ("completed" if done else f"stopped_by_time_budget_at_step_{step}" if last.get(CUT_BY_SHARE)
+                 else f"plateaued_at_step_{step}" if plateaued(last, patience) else f"stopped_early_at_step_{step}")
         self._close(trial, state, "FINISHED", None)
 
     def on_trial_error(self, iteration, trials, trial, **info):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from finesweep.search.tuning.ray_cluster import tune_environment
 from finesweep.search.tuning.recovery import recover_lost_checkpoints, set_aside_cut_state, unregistered_checkpoints
 from finesweep.search.tuning.samplers import make_scheduler, make_searcher
 from finesweep.search.tuning.trainable import run_trial
+from finesweep.search.tuning.trials_share import SHARE_LEDGER, TrialStartGate, TrialTimes
 from finesweep.spaces import SweepConfig
 
 
@@ -32,6 +33,7 @@ class TuneSetup:
     experiment_name: str
     precisions: list[str]
     callbacks: list[Any]
+    trial_times: dict[str, TrialTimes] = field(default_factory=dict)  # the plan's, per combination (trials_share.py)
 
 
 def make_trainable(config: SweepConfig, context: TrialContext):
@@ -74,20 +76,31 @@ def checkpoint_config(config: SweepConfig):
                                  checkpoint_score_attribute=CHECKPOINT_SCORE, checkpoint_score_order="max")
 
 
-def stoppers(config: SweepConfig, experiment: Path):
+def stoppers(config: SweepConfig, experiment: Path, times: dict[str, TrialTimes] | None = None):
     """What ends the whole search: the trials' share of the time budget (the rest trains the winner, exploit.py)
-    and the step budget, whichever comes first; and what ends one trial besides ASHA: its plateau."""
+    and the step budget, whichever comes first; and what ends one trial besides ASHA: its plateau, and a next
+    evaluation the share could not pay for (`times`: the plan's, per combination)."""
     from ray.tune.stopper import CombinedStopper
 
     search = config.search
     ends = []
+    if search.step_budget:  # first: CombinedStopper asks in order and stops at the first yes, and it counts every
+        ends.append(StepBudgetStopper(search.step_budget, experiment / STEP_LEDGER))  # result (it never says yes)
     if search.exploration_seconds is not None:
-        ends.append(TrialsShareStopper(search.exploration_seconds, search.time_budget_minutes * 60))
-    if search.step_budget:
-        ends.append(StepBudgetStopper(search.step_budget, experiment / STEP_LEDGER))
-    if search.plateau_patience:  # last: CombinedStopper asks in order and stops at the first yes, and the budgets
-        ends.append(PlateauStopper(search.plateau_patience))  # count every result
+        ends.append(TrialsShareStopper(search.exploration_seconds, search.time_budget_minutes * 60,
+                                       experiment / SHARE_LEDGER, times))
+    if search.plateau_patience:
+        ends.append(PlateauStopper(search.plateau_patience))
     return CombinedStopper(*ends) if len(ends) > 1 else (ends[0] if ends else None)
+
+
+def gated_searcher(config: SweepConfig, setup: TuneSetup):
+    """The sweep's searcher; under a time budget, behind the gate that starts no trial the trials' share could not
+    take to a first evaluation (trials_share.py)."""
+    optuna_search = make_searcher(config, setup.precisions)
+    if config.search.exploration_seconds is None:
+        return optuna_search
+    return TrialStartGate(optuna_search, setup.storage.resolve() / setup.experiment_name / SHARE_LEDGER, setup.trial_times)
 
 
 def make_tuner(config: SweepConfig, setup: TuneSetup):
@@ -100,7 +113,7 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         # one metric. OptunaSearch keeps the objectives it was built with (it ignores these once it has a space).
         # Both judge a trial by its best evaluation so far (BEST_SO_FAR): the export picks over all evaluations.
         metric=BEST_SO_FAR, mode=config.search.mode,
-        search_alg=make_searcher(config, setup.precisions), scheduler=make_scheduler(config),
+        search_alg=gated_searcher(config, setup), scheduler=make_scheduler(config),
         num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials or 1,
         # A reused worker has transformers imported already: about 9 s saved per trial on a CPU machine. A data-parallel
         # trial's driver cannot be reused: Tune stops it (ASHA) while it still waits on its Ray Train run.
@@ -114,6 +127,6 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         # at most; diverged and out-of-memory trials end themselves, recorded and not retried (see run_trial).
         failure_config=tune.FailureConfig(max_failures=2),
         callbacks=setup.callbacks, verbose=0,
-        stop=stoppers(config, setup.storage.resolve() / setup.experiment_name),
+        stop=stoppers(config, setup.storage.resolve() / setup.experiment_name, setup.trial_times),
     )
     return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)

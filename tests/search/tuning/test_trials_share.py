@@ -6,10 +6,13 @@ from __future__ import annotations
 import pickle
 
 import pytest
+from ray.tune.search import Searcher
 
 from finesweep.search.selection.best import SINCE_BEST
 from finesweep.search.tuning import callbacks
 from finesweep.search.tuning.callbacks import StepBudgetStopper, TrialsShareStopper
+from finesweep.search.tuning.trials_share import (CUT_BY_SHARE, SHARE_LEDGER, ShareState, TrialStartGate, TrialTimes,
+                                                  planned_times)
 from finesweep.search.tuning.tuner import stoppers
 from finesweep.spaces import SweepConfig
 
@@ -99,3 +102,95 @@ def test_a_search_with_nothing_to_export_says_why_and_what_to_change():
     assert both.startswith("No trial reported") and "1 trial(s) failed" in both and "1 trial(s) were stopped" in both
     failed = callbacks.no_evaluation_reason(_config(), [_Ended(RuntimeError("x"))])
     assert "failed" in failed and "stopped" not in failed
+
+
+# A trial's next evaluation against the share's end, and the gate that starts no trial too late (trials_share.py).
+TIMES = {"m|fp32|full": TrialTimes(start=10.0, period=30.0), "m|fp32|lora": TrialTimes(start=10.0, period=60.0)}
+FULL, LORA = ({"model": "m", "precision": "fp32", "method": method} for method in ("full", "lora"))
+
+
+def _result(config: dict, iteration: int, seconds: float, step: int = 0) -> dict:
+    return {"config": config, "training_iteration": iteration, "time_this_iter_s": seconds, "step": step,
+            "eval_loss": 1.0}
+
+
+def test_the_plans_times_per_combination_come_from_its_record():
+    record = {"max_steps": 30, "eval_every_steps": 10,
+              "combinations": {"m|fp32|full": {"start_seconds": 10.0, "trial_seconds": 100.0}}}
+    assert planned_times(record) == {"m|fp32|full": TrialTimes(10.0, 30.0)}
+    assert planned_times(None) == {} and planned_times({"combinations": {}}) == {}
+
+
+def test_a_trial_whose_next_evaluation_would_pass_the_share_ends_at_the_one_it_made(clock, tmp_path):
+    """The LLM example at 20 minutes: the last trials' periods were cut off by the share, unused."""
+    stopper = TrialsShareStopper(100, 200, tmp_path / SHARE_LEDGER, TIMES)
+    _checked_at(stopper, clock, 0, 50)
+    assert stopper("a", _result(FULL, 2, 30.0)) is False, "50 + 30 fits in the 100 s"
+    clock.now += 25
+    cut = _result(FULL, 3, 30.0, step=30)
+    assert stopper("a", cut) is True, "75 + 30 does not"
+    assert cut[CUT_BY_SHARE] is True
+    assert ShareState.read(tmp_path / SHARE_LEDGER) == ShareState(100, pytest.approx(75), 1.0)
+
+
+def test_a_first_evaluation_counts_its_period_without_the_trials_start(clock):
+    stopper = TrialsShareStopper(100, 200, None, TIMES)
+    _checked_at(stopper, clock, 0, 65)
+    assert stopper("a", _result(FULL, 1, 45.0)) is False, "its period is 35 s (45 less the planned 10 s start)"
+    assert stopper("b", _result(FULL, 1, 50.0)) is True
+    assert stopper("c", _result({"model": "other"}, 1, 500.0)) is False, "a combination the plan has not timed"
+    assert stopper("d", {"eval_loss": 1.0}) is False, "no time: no judgement"
+
+
+def test_the_trials_pace_against_the_plan_is_what_the_gate_scales_by(clock, tmp_path):
+    stopper = TrialsShareStopper(1000, 2000, tmp_path / SHARE_LEDGER, TIMES)
+    stopper.stop_all()
+    stopper("a", _result(FULL, 2, 45.0))  # 1.5 times the plan's 30 s
+    stopper("b", _result(LORA, 3, 30.0))  # half the plan's 60 s
+    stopper("c", _result(LORA, 1, 600.0))  # a first period: its start is only estimated, so not a pace
+    assert ShareState.read(tmp_path / SHARE_LEDGER).pace == pytest.approx(1.0)
+    stopper("b", _result(LORA, 4, 90.0))
+    assert ShareState.read(tmp_path / SHARE_LEDGER).pace == pytest.approx(1.5), "each trial's latest period"
+
+
+def test_a_resumed_share_reads_the_ledger_when_it_is_further_on(clock, tmp_path):
+    stopper = TrialsShareStopper(100, 200, tmp_path / SHARE_LEDGER, TIMES)
+    saved = pickle.dumps(stopper)  # Tune's experiment state, saved before the last seconds
+    _checked_at(stopper, clock, 0, 40, 40.5, 41)
+    assert ShareState.read(tmp_path / SHARE_LEDGER).spent == pytest.approx(41), "written once a second"
+    assert pickle.loads(saved).spent == pytest.approx(41)
+    old = TrialsShareStopper(100, 200)
+    old.__dict__ = {name: old.__dict__[name] for name in ("seconds", "longest", "spent", "evaluated", "_last_check")}
+    resumed = pickle.loads(pickle.dumps(old))  # a stopper pickled before the ledger existed
+    assert resumed("a", _result(FULL, 2, 30.0)) is False and not resumed.stop_all()
+
+
+class _Searcher(Searcher):
+    """Draws `configs` in turn and counts what it was asked."""
+
+    def __init__(self, *configs: dict):
+        super().__init__(metric="eval_loss", mode="min")
+        self.configs, self.asked = list(configs), 0
+
+    def suggest(self, trial_id: str) -> dict:
+        self.asked += 1
+        return self.configs.pop(0)
+
+
+def test_the_gate_starts_no_trial_that_could_not_evaluate_inside_the_share(tmp_path):
+    ledger = tmp_path / SHARE_LEDGER
+    inner = _Searcher(FULL, FULL)
+    gate = TrialStartGate(inner, ledger, TIMES)
+    assert gate.suggest("t1") == FULL, "nothing spent yet"
+    ShareState(100, 55).write(ledger)
+    assert gate.suggest("t2") == FULL, "full's 40 s to a first evaluation, 45 left"
+    ShareState(100, 65).write(ledger)
+    assert gate.suggest("t3") == Searcher.FINISHED, "35 s left: no combination evaluates"
+    assert inner.asked == 2, "the searcher is not asked for a trial that no combination could evaluate"
+    ShareState(100, 40, pace=2.0).write(ledger)
+    assert TrialStartGate(_Searcher(FULL), ledger, TIMES).suggest("t4") == Searcher.FINISHED, "at twice the plan's"
+    drawn = _Searcher(LORA)
+    ShareState(100, 40).write(ledger)
+    assert TrialStartGate(drawn, ledger, TIMES).suggest("t5") == Searcher.FINISHED, "LoRA's 70 s, 60 left"
+    assert drawn.asked == 1
+    assert TrialStartGate(_Searcher(LORA), ledger, {}).suggest("t6") == LORA, "without the plan's times: no judgement"
