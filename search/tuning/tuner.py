@@ -94,13 +94,14 @@ def stoppers(config: SweepConfig, experiment: Path, times: dict[str, TrialTimes]
     return CombinedStopper(*ends) if len(ends) > 1 else (ends[0] if ends else None)
 
 
-def gated_searcher(config: SweepConfig, setup: TuneSetup):
+def gated_searcher(config: SweepConfig, precisions: list[str], experiment: Path,
+                   times: dict[str, TrialTimes] | None = None):
     """The sweep's searcher; under a time budget, behind the gate that starts no trial the trials' share could not
-    take to a first evaluation (trials_share.py)."""
-    optuna_search = make_searcher(config, setup.precisions)
+    take to a first evaluation (trials_share.py; `times`: the plan's, per combination)."""
+    optuna_search = make_searcher(config, precisions)
     if config.search.exploration_seconds is None:
         return optuna_search
-    return TrialStartGate(optuna_search, setup.storage.resolve() / setup.experiment_name / SHARE_LEDGER, setup.trial_times)
+    return TrialStartGate(optuna_search, experiment / SHARE_LEDGER, times or {})
 
 
 def make_tuner(config: SweepConfig, setup: TuneSetup):
@@ -108,12 +109,14 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
 
     tune_environment()
     trainable = make_trainable(config, setup.context)
+    experiment = setup.storage.resolve() / setup.experiment_name
     tune_config = tune.TuneConfig(
         # Tune's own metric (ASHA's, the results') is the primary one even with a second objective: ASHA ranks by
         # one metric. OptunaSearch keeps the objectives it was built with (it ignores these once it has a space).
         # Both judge a trial by its best evaluation so far (BEST_SO_FAR): the export picks over all evaluations.
         metric=BEST_SO_FAR, mode=config.search.mode,
-        search_alg=gated_searcher(config, setup), scheduler=make_scheduler(config),
+        search_alg=gated_searcher(config, setup.precisions, experiment, setup.trial_times),
+        scheduler=make_scheduler(config),
         num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials or 1,
         # A reused worker has transformers imported already: about 9 s saved per trial on a CPU machine. A data-parallel
         # trial's driver cannot be reused: Tune stops it (ASHA) while it still waits on its Ray Train run.
@@ -127,6 +130,6 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         # at most; diverged and out-of-memory trials end themselves, recorded and not retried (see run_trial).
         failure_config=tune.FailureConfig(max_failures=2),
         callbacks=setup.callbacks, verbose=0,
-        stop=stoppers(config, setup.storage.resolve() / setup.experiment_name, setup.trial_times),
+        stop=stoppers(config, experiment, setup.trial_times),
     )
     return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)

@@ -13,7 +13,7 @@ from finesweep.search.tracking.tags import END_STATE_TAG
 from finesweep.search.tuning.callbacks import TrialEndRecorder
 from finesweep.search.tuning.context import TrialContext
 from finesweep.search.tuning.trials_share import TrialTimes
-from finesweep.search.tuning.tuner import TuneSetup, gated_searcher, stoppers
+from finesweep.search.tuning.tuner import gated_searcher, stoppers
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.space import BASELINE_KEY
 
@@ -55,15 +55,14 @@ def test_no_trial_starts_too_late_and_none_runs_past_its_last_evaluation_in_the_
     context = TrialContext(sweep=config.model_dump(mode="json"), tokenized={}, label_names=None, micro_batches={},
                            eval_batches={}, tracking_uri=tracker.uri, experiment_id=experiment, parent_run_id=parent)
     recorder = TrialEndRecorder(tracker.uri, context, EVALUATIONS)
-    setup = TuneSetup(context, tmp_path, "share", ["fp32"], [recorder], TIMES)
     start_ray(None)
     try:
         trainable = tune.with_parameters(_trial, uri=tracker.uri, experiment=experiment, parent=parent)
+        searcher = gated_searcher(config, ["fp32"], tmp_path / "share", TIMES)
         tuner = tune.Tuner(tune.with_resources(trainable, {"cpu": 0.5}), tune_config=tune.TuneConfig(
-            metric="eval_loss", mode="min", search_alg=gated_searcher(config, setup), num_samples=4,
-            max_concurrent_trials=2), run_config=tune.RunConfig(
-                name="share", storage_path=str(tmp_path), verbose=0, callbacks=[recorder],
-                stop=stoppers(config, tmp_path / "share", TIMES)))
+            metric="eval_loss", mode="min", search_alg=searcher, num_samples=4, max_concurrent_trials=2),
+            run_config=tune.RunConfig(name="share", storage_path=str(tmp_path), verbose=0, callbacks=[recorder],
+                                      stop=stoppers(config, tmp_path / "share", TIMES)))
         results = list(tuner.fit())
     finally:
         ray.shutdown()
