@@ -95,8 +95,8 @@ def export_best(
     samples = config.export.generation_samples if task == Task.causal_lm else 0
     metrics, answers = {}, {}
     metrics[FULL], answers[FULL] = _measure(full_dir, task, test_split, collate, layers, samples)
-    against = _against_baseline(config, baseline, best, metrics[FULL], test_split, collate, label_names) \
-        if baseline else {}
+    against = _against_baseline(config, baseline, best, metrics[FULL], test_split, collate, label_names, samples,
+                                full_dir) if baseline else {}
     not_made = {}
     for method in _methods(config):
         try:
@@ -128,9 +128,12 @@ def export_best(
 
 
 def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: dict[str, float], test_split: Any,
-                      collate: Callable, label_names: list[str] | None) -> dict[str, Any]:
+                      collate: Callable, label_names: list[str] | None, samples: int = 0,
+                      tokenizer_dir: Path | None = None) -> dict[str, Any]:
     """The baseline trial's best checkpoint saved as the full model is (LoRA merged) and evaluated on the test split
-    by the same code; the winner's own numbers where the baseline won."""
+    by the same code, with greedy answers to the same `samples` test prompts (a causal LM); the winner's own numbers
+    where the baseline won. A causal LM's untuned base model too, its answers decoded by `tokenizer_dir`'s tokenizer
+    (the export's)."""
     task = Task(config.data.task)
     if baseline["trial_id"] == best["trial_id"] and int(baseline["step"]) == int(best["step"]):
         measured = winner
@@ -141,16 +144,23 @@ def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: d
                        label_names or _split_labels(test_split))
             model = load_checkpoint(scratch, task, trust_remote_code=config.trust_remote_code)
             measured = evaluate(model, test_split, collate, task)
+            if samples:
+                _generate(model, Path(scratch), test_split, samples, measured)
             del model
             gc.collect()
-    untuned = _untuned_base(config, best, test_split, collate) if task == Task.causal_lm else None
+    untuned = _untuned_base(config, best, test_split, collate, samples, tokenizer_dir) \
+        if task == Task.causal_lm else None
     return baseline_comparison.compare(task, winner, measured, best, baseline, untuned)
 
 
-def _untuned_base(config: SweepConfig, best: dict, test_split: Any, collate: Callable) -> dict[str, float]:
-    """A causal LM's base model as it was before any training, on the same test split: what fine-tuning added."""
+def _untuned_base(config: SweepConfig, best: dict, test_split: Any, collate: Callable, samples: int = 0,
+                  tokenizer_dir: Path | None = None) -> dict[str, float]:
+    """A causal LM's base model as it was before any training, on the same test split and (`samples`) the same
+    prompts: what fine-tuning added."""
     model = load_model(config.candidate(best["model"]), Task.causal_lm, None, config.trust_remote_code)
     measured = evaluate(model.eval(), test_split, collate, Task.causal_lm)
+    if samples and tokenizer_dir is not None:
+        _generate(model, tokenizer_dir, test_split, samples, measured)
     del model
     gc.collect()
     return measured

@@ -68,7 +68,8 @@ def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], te
     """The export's estimate: each variant is made (the ONNX one exported), scores the test split (at the slowest
     candidate's measured fp32 evaluation speed: the export evaluates a plain model, a LoRA winner merged into its
     base; slowed or sped by the variant's kernels), is timed (`timed_on_cpu_too`, a machine with CUDA: there and on the CPU) and, for a
-    causal LM, generates its answers (in batches: generation_seconds); the baseline is scored once beside them.
+    causal LM, generates its answers (in batches: generation_seconds); the baseline is scored (and answers) once beside
+    them.
     `thread_ratio`: the export's threads over a trial's."""
     variants = ["none"] + [q.value for q in config.export.quantization if q.value != "none"]
     eval_speed = _full_precision_speed(combinations) * min(max(thread_ratio, 1.0), EXPORT_THREADS_CAP)
@@ -76,19 +77,20 @@ def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], te
     task = config.data.task.value
     token_seconds = _decode_seconds(combinations) or DECODE_TOKEN_COST * row_seconds / seq_len
     per_pass, test_pass = pass_seconds(combinations), (test_rows + min(WARM_UP_ROWS, test_rows)) * row_seconds
-    seconds = _reference_passes(config, per_pass + test_pass)
+    answers = min(config.export.generation_samples, test_rows) if task == "causal_lm" else 0
+    answer_seconds = generation_seconds(answers, seq_len // 2, token_seconds)  # a reply: half a row
+    seconds = _reference_passes(config, per_pass + test_pass + answer_seconds)
     for variant in variants:
         slowdown = VARIANT_SLOWDOWN.get(variant, 2.0)
         seconds += per_pass + slowdown * (test_pass + speed_pass_seconds(row_seconds, seq_len, task, token_seconds))
         seconds += CPU_TIMING_SECONDS * timed_on_cpu_too
         if variant == "onnx-int8":
             seconds += ONNX_EXPORT_SECONDS[task]
-        answers = min(config.export.generation_samples, test_rows) if task == "causal_lm" else 0
         if variant.startswith("gguf-"):
             seconds += GGUF_MAKE_SECONDS + GGUF_MAKE_SECONDS_PER_GB * _weight_gb(combinations)
             seconds += answers * (seq_len // 2) * token_seconds * GGUF_DECODE_RATIO  # one answer at a time
         elif answers:
-            seconds += slowdown * generation_seconds(answers, seq_len // 2, token_seconds)  # a reply: half a row
+            seconds += slowdown * answer_seconds
     return seconds
 
 
@@ -153,10 +155,10 @@ def pass_seconds(combinations: list[CombinationTimes]) -> float:
     return EXPORT_PASS_SECONDS + EXPORT_SECONDS_PER_GB * weight_gb if weight_gb else EXPORT_FIXED_SECONDS
 
 
-def _reference_passes(config: SweepConfig, pass_and_test_seconds: float) -> float:
+def _reference_passes(config: SweepConfig, one_pass: float) -> float:
     """The baseline trial's checkpoint scored on the test split (search.baseline; a grid search runs none), and a
-    causal LM's untuned base model too: full-precision passes beside the variants'."""
+    causal LM's untuned base model too, each answering the same prompts: full-precision passes beside the variants'."""
     if config.search.baseline == "off" or config.search.algorithm == "grid":
         return 0.0
     passes = 2 if config.data.task.value == "causal_lm" else 1
-    return passes * pass_and_test_seconds
+    return passes * one_pass

@@ -11,8 +11,11 @@ from finesweep.search.selection.deploy import PRIMARY
 from finesweep.search.selection.equal_samples import History, paired
 from finesweep.spaces import Task
 
-# The quality metrics compared, per task (timings and sizes are the export's business, not the baseline's).
-QUALITY = {Task.classification: ("accuracy", "f1_macro", "loss"), Task.causal_lm: ("perplexity", "loss")}
+# The quality metrics compared, per task (timings and sizes are the export's business, not the baseline's): a causal
+# LM's scores of its greedy answers too, where the export generated (export.generation_samples).
+QUALITY = {Task.classification: ("accuracy", "f1_macro", "loss"),
+           Task.causal_lm: ("perplexity", "loss", "gen_rouge_l", "gen_token_f1", "gen_exact_match")}
+ANSWERS_SCORE = "gen_rouge_l"  # the answers' score the sentences name
 
 
 def quality(metrics: dict[str, float], task: Task) -> dict[str, float]:
@@ -47,7 +50,7 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
         said += (f"; trained further with the space's dropout {rate:g} (the baseline trial kept the checkpoint's, as a "
                  "user's run does)")
     if untuned and name in untuned:
-        said += f"; the untuned base model: test {name} {untuned[name]:.4g}"
+        said += f"; the untuned base model: test {name} {untuned[name]:.4g}{_answers(untuned, winner)}"
     return {
         "trial_id": baseline_trial["trial_id"], "step": baseline_trial["step"], "params": baseline_trial["params"],
         "validation": {baseline_trial["metric"]: baseline_trial["value"]}, "test": quality(baseline, task),
@@ -56,6 +59,14 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
         "baseline_won": won, "sentence": said, "untuned_test": quality(untuned, task) if untuned else None,
         "equal_samples": pair, "searched_trials": searched,
     }
+
+
+def _answers(untuned: dict[str, float], winner: dict[str, float]) -> str:
+    """The untuned base model's greedy answers against the export's, where both answered the test prompts."""
+    if ANSWERS_SCORE not in untuned or ANSWERS_SCORE not in winner:
+        return ""
+    return (f", the ROUGE-L of its greedy answers {untuned[ANSWERS_SCORE]:.3f} against the export's "
+            f"{winner[ANSWERS_SCORE]:.3f}")
 
 
 def paired_with(histories: list[History], best: dict[str, Any], baseline_trial: str | None,

@@ -203,6 +203,42 @@ def test_export_merges_a_lora_adapter_causal_lm(tiny_causal_lm, tmp_path):
     _assert_generations(result, tmp_path / "out", ["full", "int8", "nf4"], samples=8)
 
 
+def test_a_causal_lms_baseline_and_untuned_base_answer_the_prompts_the_export_answers(tiny_causal_lm, tmp_path):
+    """Issue 29's "perplexity and generation scores before any training": the baseline's checkpoint and the untuned
+    base model answer the same test prompts as the exported model, scored by the same code, beside it in
+    summary.json's comparison, its sentence and the card. The baseline here is the base model's own weights, so
+    the two reference rows must agree to the last digit."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from finesweep.search.outputs.export import export_best
+
+    tuned = AutoModelForCausalLM.from_pretrained(tiny_causal_lm)
+    with torch.no_grad():
+        for param in tuned.parameters():
+            param.add_(torch.randn_like(param) * 0.02)  # another checkpoint, as training would leave
+    tuned.save_pretrained(tmp_path / "winner")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_causal_lm)
+    tokenizer.pad_token = tokenizer.eos_token
+    best = {**BEST, "metric": "eval_loss", "value": 5.5}
+    baseline = {**best, "trial_id": "trial_0001", "step": 10, "value": 5.6, "checkpoint_dir": str(tiny_causal_lm)}
+    result = export_best(
+        config=export_config(tiny_causal_lm, "causal_lm", ("none",), generation_samples=4),
+        checkpoint_dir=tmp_path / "winner", tokenizer_source=tiny_causal_lm, test_split=causal_lm_split(tokenizer, 12),
+        collate=causal_lm_collate(tokenizer), best=best, out_dir=tmp_path / "out", baseline=baseline)
+    against = result.baseline
+    scores = ("perplexity", "loss", "gen_rouge_l", "gen_token_f1", "gen_exact_match")
+    assert set(against["test"]) == set(against["untuned_test"]) == set(against["winner_test"]) == set(scores)
+    assert against["untuned_test"] == against["test"], "the same weights, the same code"
+    assert against["winner_test"]["gen_rouge_l"] == result.metrics["full"]["gen_rouge_l"]
+    assert against["winner_test"]["perplexity"] != against["test"]["perplexity"]
+    assert (f"the ROUGE-L of its greedy answers {against['untuned_test']['gen_rouge_l']:.3f} against the export's "
+            f"{against['winner_test']['gen_rouge_l']:.3f}") in against["sentence"]
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "|  | perplexity | loss | gen_rouge_l | gen_token_f1 | gen_exact_match |" in card
+    assert "| untuned base model |" in card
+
+
 def _assert_generations(result, out: Path, variants: list[str], samples: int) -> None:
     """Each variant's generation scores are in metrics.json, its answers in generations.json, both in the card."""
     metrics = json.loads((out / "metrics.json").read_text())

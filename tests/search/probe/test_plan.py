@@ -439,12 +439,13 @@ def test_a_causal_lms_export_adds_its_generations_token_by_token():
 
     # 16 answers of 32 new tokens in one batch: 32 steps of 16 rows, a row's step DECODE_TOKEN_COST tokens of a
     # forward pass at 1 row/s of 64 tokens and each more row 0.15 of it; once in full precision, once at int8's
-    # slowdown.
+    # slowdown, and once each by the baseline's checkpoint and the untuned base model (in full precision).
     step = export_time.DECODE_TOKEN_COST / 64
     per_variant = 32 * step * (1 + export_time.GENERATION_ROW_COST * 15)
-    assert export(16) - export(0) == pytest.approx(per_variant * (1 + export_time.VARIANT_SLOWDOWN["int8"]))
-    assert export(20) - export(16) == pytest.approx(32 * step * (1 + export_time.GENERATION_ROW_COST * 3) * 3), \
-        "four more answers: a second batch of four rows"
+    answering = 1 + export_time.VARIANT_SLOWDOWN["int8"] + 2
+    assert export(16) - export(0) == pytest.approx(per_variant * answering)
+    second_batch = 32 * step * (1 + export_time.GENERATION_ROW_COST * 3)
+    assert export(20) - export(16) == pytest.approx(second_batch * answering), "four more answers: a batch of four"
 
 
 def test_a_gguf_variant_adds_its_making_by_the_weights_and_its_answers_one_at_a_time():
@@ -482,8 +483,8 @@ def test_the_probes_measured_decoding_prices_the_answers_the_slowest_fp32_candid
     def measured(key: str, decode: float) -> CombinationTimes:
         return replace(times(key, 1.0, 1.0), decode_seconds_per_token=decode)
 
-    def generated(token_seconds: float) -> float:
-        return export_time.generation_seconds(config.export.generation_samples, 64 // 2, token_seconds)
+    def generated(token_seconds: float) -> float:  # by the full model, the baseline's checkpoint and the base model
+        return 3 * export_time.generation_seconds(config.export.generation_samples, 64 // 2, token_seconds)
 
     assert answers_cost(measured("a|fp32|full", 0.5)) == pytest.approx(generated(0.5))
     # Per model its fp32 decoding (bf16's is not what the export runs), then the slowest model's.
