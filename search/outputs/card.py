@@ -20,6 +20,7 @@ MEAN_POOLING_FILE = "mean_pooling.py"  # what transformers copies into the folde
 CARD_EXAMPLES = 3
 CARD_TEXT_CHARS = 160
 GENERATION_SCORES = {"gen_exact_match": "exact match", "gen_token_f1": "token F1", "gen_rouge_l": "ROUGE-L"}
+UNTUNED = "untuned base model"  # a causal LM's base model before any training, beside the variants' answers
 
 
 def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, float]], warnings: list[str],
@@ -45,7 +46,7 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
         _baseline_section(baseline) if baseline else "",
         _metrics_section(metrics, task, warnings),
         _deploy_section(deploy) if deploy else "",
-        _generation_section(metrics, examples) if examples else "",
+        _generation_section(metrics, examples, (baseline or {}).get("untuned_test")) if examples else "",
         _usage_section(metrics, task, mean_pooled=_mean_pooled(config, best)),
         _adapter_section(config, best, task) if has_adapter else "",
     ]
@@ -55,11 +56,11 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
 def _baseline_section(baseline: dict[str, Any]) -> str:
     """How the tuned model compares with the recipe its user would have run without the search, on the test split."""
     names = list(baseline["test"])
-    header = ["", *names]
+    header = ["", *[GENERATION_SCORES.get(name, name) for name in names]]
     rows = [["tuned (this export)", *[_fmt(baseline["winner_test"].get(n)) for n in names]],
             ["baseline recipe", *[_fmt(baseline["test"].get(n)) for n in names]]]
     if baseline.get("untuned_test"):
-        rows.append(["untuned base model", *[_fmt(baseline["untuned_test"].get(n)) for n in names]])
+        rows.append([UNTUNED, *[_fmt(baseline["untuned_test"].get(n)) for n in names]])
     recipe = ", ".join(f"{k} {v}" for k, v in baseline["params"].items())
     lines = ["## Against the baseline\n", f"**{_capitalized(baseline['sentence'])}.**\n",
              f"The baseline is the recipe a user would run without finesweep ({recipe}), trained in the same sweep "
@@ -183,10 +184,15 @@ def _deploy_section(deploy: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _generation_section(metrics: dict[str, dict[str, float]], examples: list[dict[str, str]]) -> str:
+def _generation_section(metrics: dict[str, dict[str, float]], examples: list[dict[str, str]],
+                        untuned: dict[str, float] | None = None) -> str:
     """Scores of each variant's greedy answers, and the first few answers beside the reference: a perplexity says
-    how likely the reference is, not what the model writes."""
-    variants = list(metrics)
+    how likely the reference is, not what the model writes. `untuned`: the base model's scores before any training,
+    where it answered the same prompts (its answers are then in `examples` too)."""
+    scored = {variant: metrics[variant] for variant in metrics}
+    if untuned and any(key in untuned for key in GENERATION_SCORES):
+        scored[UNTUNED] = untuned
+    answered = [column for column in scored if any(column in row for row in examples)]
     lines = [
         "## What it generates\n",
         f"Greedy answers (no sampling, up to the end-of-sequence token) to the first {len(examples)} test prompts, "
@@ -195,13 +201,14 @@ def _generation_section(metrics: dict[str, dict[str, float]], examples: list[dic
         "subsequence of words). All answers are in `generations.json`.\n",
         "| variant | " + " | ".join(GENERATION_SCORES.values()) + " |",
         "|" + "---|" * (len(GENERATION_SCORES) + 1),
-        *[f"| {v} | " + " | ".join(_fmt(metrics[v].get(key)) for key in GENERATION_SCORES) + " |" for v in variants],
+        *[f"| {v} | " + " | ".join(_fmt(scores.get(key)) for key in GENERATION_SCORES) + " |"
+          for v, scores in scored.items()],
         "",
-        "| prompt (its end) | reference | " + " | ".join(variants) + " |",
-        "|" + "---|" * (len(variants) + 2),
+        "| prompt (its end) | reference | " + " | ".join(answered) + " |",
+        "|" + "---|" * (len(answered) + 2),
     ]
     for row in examples[:CARD_EXAMPLES]:
-        cells = [_cell(row["prompt"], keep_end=True), _cell(row["reference"]), *[_cell(row.get(v, "")) for v in variants]]
+        cells = [_cell(row["prompt"], keep_end=True), _cell(row["reference"]), *[_cell(row.get(v, "")) for v in answered]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from finesweep.search.outputs.card import ADAPTER, FULL, model_card, variant_folder
+from finesweep.search.outputs.card import ADAPTER, FULL, UNTUNED, model_card, variant_folder
 from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.deploy import CPU_PREFIX, PRIMARY, TIMINGS, deploy_choices, metric_loss, with_speedups
 from finesweep.spaces import Quantization, SweepConfig, SweepFileError, Task
@@ -95,8 +95,8 @@ def export_best(
     samples = config.export.generation_samples if task == Task.causal_lm else 0
     metrics, answers = {}, {}
     metrics[FULL], answers[FULL] = _measure(full_dir, task, test_split, collate, layers, samples)
-    against = _against_baseline(config, baseline, best, metrics[FULL], test_split, collate, label_names, samples,
-                                full_dir) if baseline else {}
+    against, untuned_answers = _against_baseline(config, baseline, best, metrics[FULL], test_split, collate,
+                                                 label_names, samples, full_dir) if baseline else ({}, [])
     not_made = {}
     for method in _methods(config):
         try:
@@ -115,8 +115,11 @@ def export_best(
     for warning in warnings:
         log.info("export: %s", warning)
     deploy = deploy_choices(metrics, task, config.export.max_metric_drop)
-    examples = side_by_side(answers)
-    generations = _write_generations(out_dir / GENERATIONS, metrics, examples)
+    # The untuned base model's answers beside the variants' (after them), its scores with theirs in generations.json.
+    answered = {**answers, UNTUNED: untuned_answers} if untuned_answers else answers
+    scored = {**metrics, UNTUNED: against["untuned_test"]} if untuned_answers else metrics
+    examples = side_by_side(answered)
+    generations = _write_generations(out_dir / GENERATIONS, scored, examples)
     write_json_atomic(out_dir / "metrics.json", metrics)
     write_json_atomic(out_dir / DEPLOY, deploy)
     write_json_atomic(out_dir / "sweep.json", config.model_dump(mode="json"))
@@ -129,11 +132,11 @@ def export_best(
 
 def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: dict[str, float], test_split: Any,
                       collate: Callable, label_names: list[str] | None, samples: int = 0,
-                      tokenizer_dir: Path | None = None) -> dict[str, Any]:
+                      tokenizer_dir: Path | None = None) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """The baseline trial's best checkpoint saved as the full model is (LoRA merged) and evaluated on the test split
     by the same code, with greedy answers to the same `samples` test prompts (a causal LM); the winner's own numbers
     where the baseline won. A causal LM's untuned base model too, its answers decoded by `tokenizer_dir`'s tokenizer
-    (the export's)."""
+    (the export's). Returns the comparison and the untuned model's answers (none for a classifier)."""
     task = Task(config.data.task)
     if baseline["trial_id"] == best["trial_id"] and int(baseline["step"]) == int(best["step"]):
         measured = winner
@@ -148,22 +151,21 @@ def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: d
                 _generate(model, Path(scratch), test_split, samples, measured)
             del model
             gc.collect()
-    untuned = _untuned_base(config, best, test_split, collate, samples, tokenizer_dir) \
-        if task == Task.causal_lm else None
-    return baseline_comparison.compare(task, winner, measured, best, baseline, untuned)
+    untuned, untuned_answers = _untuned_base(config, best, test_split, collate, samples, tokenizer_dir) \
+        if task == Task.causal_lm else (None, [])
+    return baseline_comparison.compare(task, winner, measured, best, baseline, untuned), untuned_answers
 
 
 def _untuned_base(config: SweepConfig, best: dict, test_split: Any, collate: Callable, samples: int = 0,
-                  tokenizer_dir: Path | None = None) -> dict[str, float]:
+                  tokenizer_dir: Path | None = None) -> tuple[dict[str, float], list[dict[str, str]]]:
     """A causal LM's base model as it was before any training, on the same test split and (`samples`) the same
-    prompts: what fine-tuning added."""
+    prompts: what fine-tuning added. Its scores, and its answers."""
     model = load_model(config.candidate(best["model"]), Task.causal_lm, None, config.trust_remote_code)
     measured = evaluate(model.eval(), test_split, collate, Task.causal_lm)
-    if samples and tokenizer_dir is not None:
-        _generate(model, tokenizer_dir, test_split, samples, measured)
+    answers = _generate(model, tokenizer_dir, test_split, samples, measured) if samples and tokenizer_dir else []
     del model
     gc.collect()
-    return measured
+    return measured, answers
 
 
 def not_made_paragraph(variant: str, reason: str, kept: list[str], out_dir: Path, log_file: Path | None) -> str:

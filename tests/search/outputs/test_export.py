@@ -235,8 +235,14 @@ def test_a_causal_lms_baseline_and_untuned_base_answer_the_prompts_the_export_an
     assert (f"the ROUGE-L of its greedy answers {against['untuned_test']['gen_rouge_l']:.3f} against the export's "
             f"{against['winner_test']['gen_rouge_l']:.3f}") in against["sentence"]
     card = (tmp_path / "out" / "README.md").read_text()
-    assert "|  | perplexity | loss | gen_rouge_l | gen_token_f1 | gen_exact_match |" in card
-    assert "| untuned base model |" in card
+    assert "|  | perplexity | loss | ROUGE-L | token F1 | exact match |" in card
+    # Its answers beside the export's, in generations.json (and the MLflow table made from it) and the card.
+    saved = json.loads(result.generations.read_text())
+    assert saved["scores"]["untuned base model"]["rouge_l"] == against["untuned_test"]["gen_rouge_l"]
+    assert [set(row) for row in saved["examples"]] == [{"prompt", "reference", "full", "untuned base model"}] * 4
+    section = card.split("## What it generates", 1)[1].split("\n## ", 1)[0]
+    assert "| prompt (its end) | reference | full | untuned base model |" in section
+    assert f"| untuned base model | {against['untuned_test']['gen_exact_match']:.4g} |" in section
 
 
 def _assert_generations(result, out: Path, variants: list[str], samples: int) -> None:
