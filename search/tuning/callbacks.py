@@ -102,7 +102,8 @@ class TrialsShareStopper(Stopper):
             self.paces[trial_id] = pace
         self._write(force=True)
         period = next_period(result, self.times)
-        if period is None or self.spent + period <= self.seconds:
+        # A trial that ended by itself is told once more with its last result (Tune's duplicate, done): not a cut.
+        if result.get("done") or period is None or self.spent + period <= self.seconds:
             return False
         result[CUT_BY_SHARE] = True  # the recorder's end state (the result becomes the trial's last)
         return True

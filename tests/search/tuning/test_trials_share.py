@@ -130,6 +130,8 @@ def test_a_trial_whose_next_evaluation_would_pass_the_share_ends_at_the_one_it_m
     cut = _result(FULL, 3, 30.0, step=30)
     assert stopper("a", cut) is True, "75 + 30 does not"
     assert cut[CUT_BY_SHARE] is True
+    ended = {**_result(FULL, 3, 30.0, step=30), "done": True}  # Tune's last word on a trial that ended by itself
+    assert stopper("b", ended) is False and CUT_BY_SHARE not in ended
     assert ShareState.read(tmp_path / SHARE_LEDGER) == ShareState(100, pytest.approx(75), 1.0)
 
 
