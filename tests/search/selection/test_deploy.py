@@ -31,6 +31,16 @@ def test_a_faster_variant_that_loses_too_much_is_passed_over_and_named():
     assert "nf4, fast-but-wrong lost more than export.max_metric_drop 0.01" in choice["reason"]
 
 
+def test_a_drop_of_exactly_the_tolerance_is_within_it():
+    """The quickstart: 0.7885 against 0.7785 (20 of 2,000 test rows) is a drop of 0.01, not of 0.010000000000000009."""
+    from finesweep.search.outputs.export import drop_warnings
+
+    metrics = measured(full=(0.7885, 6.0, 2.0), **{"onnx-int8": (0.7785, 1.0, 1.0)})
+    assert deploy_choice(metrics, Task.classification, 0.01)["variant"] == "onnx-int8"
+    assert drop_warnings(metrics, Task.classification, 0.01) == []
+    assert deploy_choice(metrics, Task.classification, 0.0099)["variant"] == "full"
+
+
 def test_full_precision_when_nothing_quantized_is_faster():
     metrics = measured(full=(0.80, 6.0, 2.0), int8=(0.80, 12.0, 4.0), nf4=(0.80, 7.0, 3.0))
     choice = deploy_choice(metrics, Task.classification, 0.01)
