@@ -151,8 +151,9 @@ def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: d
                 _generate(model, Path(scratch), test_split, samples, measured)
             del model
             gc.collect()
-    untuned, untuned_answers = _untuned_base(config, best, test_split, collate, samples, tokenizer_dir) \
-        if task == Task.causal_lm else (None, [])
+    untuned, untuned_answers = None, []
+    if task == Task.causal_lm:
+        untuned, untuned_answers = _untuned_base(config, best, test_split, collate, samples, tokenizer_dir)
     return baseline_comparison.compare(task, winner, measured, best, baseline, untuned), untuned_answers
 
 

@@ -103,8 +103,8 @@ def measured_pace(result: dict[str, Any], times: dict[str, TrialTimes]) -> float
     """A trial's period (its second or later) over the plan's for its combination: how far off the plan runs."""
     planned = times.get(trial_key(result.get("config") or {}) or "")
     seconds = result.get("time_this_iter_s")
-    if not planned or planned.period <= 0 or int(result.get("training_iteration") or 0) < 2 \
-            or not isinstance(seconds, (int, float)):
+    a_later_period = int(result.get("training_iteration") or 0) >= 2
+    if not (planned and planned.period > 0 and a_later_period and isinstance(seconds, (int, float))):
         return None
     return float(seconds) / planned.period
 
@@ -133,9 +133,9 @@ class TrialStartGate(Searcher):
         if state.remaining < fastest:
             return self._closed(state, fastest, "any combination")
         suggestion = self.searcher.suggest(trial_id)
-        times = self.times.get(trial_key(suggestion) or "") if isinstance(suggestion, dict) else None
-        if times and state.remaining < times.first_evaluation * state.pace:
-            return self._closed(state, times.first_evaluation * state.pace, trial_key(suggestion))
+        drawn = self.times.get(trial_key(suggestion) or "") if isinstance(suggestion, dict) else None
+        if drawn and state.remaining < drawn.first_evaluation * state.pace:
+            return self._closed(state, drawn.first_evaluation * state.pace, trial_key(suggestion))
         return suggestion
 
     def _closed(self, state: ShareState, needed: float, what: str | None) -> str:
