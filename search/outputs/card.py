@@ -189,10 +189,9 @@ def _generation_section(metrics: dict[str, dict[str, float]], examples: list[dic
     """Scores of each variant's greedy answers, and the first few answers beside the reference: a perplexity says
     how likely the reference is, not what the model writes. `untuned`: the base model's scores before any training,
     where it answered the same prompts (its answers are then in `examples` too)."""
-    scored = {variant: metrics[variant] for variant in metrics}
+    scored = dict(metrics)
     if untuned and any(key in untuned for key in GENERATION_SCORES):
         scored[UNTUNED] = untuned
-    answered = [column for column in scored if any(column in row for row in examples)]
     lines = [
         "## What it generates\n",
         f"Greedy answers (no sampling, up to the end-of-sequence token) to the first {len(examples)} test prompts, "
@@ -204,11 +203,11 @@ def _generation_section(metrics: dict[str, dict[str, float]], examples: list[dic
         *[f"| {v} | " + " | ".join(_fmt(scores.get(key)) for key in GENERATION_SCORES) + " |"
           for v, scores in scored.items()],
         "",
-        "| prompt (its end) | reference | " + " | ".join(answered) + " |",
-        "|" + "---|" * (len(answered) + 2),
+        "| prompt (its end) | reference | " + " | ".join(scored) + " |",
+        "|" + "---|" * (len(scored) + 2),
     ]
     for row in examples[:CARD_EXAMPLES]:
-        cells = [_cell(row["prompt"], keep_end=True), _cell(row["reference"]), *[_cell(row.get(v, "")) for v in answered]]
+        cells = [_cell(row["prompt"], keep_end=True), _cell(row["reference"]), *[_cell(row.get(v, "")) for v in scored]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
