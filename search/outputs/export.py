@@ -131,8 +131,8 @@ def export_best(
 
 
 def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: dict[str, float], test_split: Any,
-                      collate: Callable, label_names: list[str] | None, samples: int = 0,
-                      tokenizer_dir: Path | None = None) -> tuple[dict[str, Any], list[dict[str, str]]]:
+                      collate: Callable, label_names: list[str] | None, samples: int,
+                      tokenizer_dir: Path) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """The baseline trial's best checkpoint saved as the full model is (LoRA merged) and evaluated on the test split
     by the same code, with greedy answers to the same `samples` test prompts (a causal LM); the winner's own numbers
     where the baseline won. A causal LM's untuned base model too, its answers decoded by `tokenizer_dir`'s tokenizer
@@ -157,13 +157,13 @@ def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: d
     return baseline_comparison.compare(task, winner, measured, best, baseline, untuned), untuned_answers
 
 
-def _untuned_base(config: SweepConfig, best: dict, test_split: Any, collate: Callable, samples: int = 0,
-                  tokenizer_dir: Path | None = None) -> tuple[dict[str, float], list[dict[str, str]]]:
+def _untuned_base(config: SweepConfig, best: dict, test_split: Any, collate: Callable, samples: int,
+                  tokenizer_dir: Path) -> tuple[dict[str, float], list[dict[str, str]]]:
     """A causal LM's base model as it was before any training, on the same test split and (`samples`) the same
     prompts: what fine-tuning added. Its scores, and its answers."""
     model = load_model(config.candidate(best["model"]), Task.causal_lm, None, config.trust_remote_code)
     measured = evaluate(model.eval(), test_split, collate, Task.causal_lm)
-    answers = _generate(model, tokenizer_dir, test_split, samples, measured) if samples and tokenizer_dir else []
+    answers = _generate(model, tokenizer_dir, test_split, samples, measured) if samples else []
     del model
     gc.collect()
     return measured, answers

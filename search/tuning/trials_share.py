@@ -87,26 +87,30 @@ class ShareState:
             return None  # not written yet (the search's first trials), or cut short by a crash
 
 
-def next_period(result: dict[str, Any], times: dict[str, TrialTimes]) -> float | None:
-    """The seconds to a trial's next evaluation, as its last period measured them: Tune's time_this_iter_s, less the
-    plan's start for the first (it counts the model's load). None where that cannot be told."""
+def _last_period(result: dict[str, Any], times: dict[str, TrialTimes]) -> tuple[float | None, bool, TrialTimes | None]:
+    """What a result says of its trial's last period: its seconds (Tune's time_this_iter_s; None without), whether it
+    came after the first evaluation (the first also counts the model's load), and the plan's times for the trial."""
     seconds = result.get("time_this_iter_s")
-    if not isinstance(seconds, (int, float)):
-        return None
-    if int(result.get("training_iteration") or 0) > 1:
-        return float(seconds)
+    later = int(result.get("training_iteration") or 0) > 1
     planned = times.get(trial_key(result.get("config") or {}) or "")
-    return max(0.0, float(seconds) - planned.start) if planned else None
+    return (float(seconds) if isinstance(seconds, (int, float)) else None), later, planned
+
+
+def next_period(result: dict[str, Any], times: dict[str, TrialTimes]) -> float | None:
+    """The seconds to a trial's next evaluation, as its last period measured them: less the plan's start for the
+    first. None where that cannot be told."""
+    seconds, later, planned = _last_period(result, times)
+    if seconds is None or later:
+        return seconds
+    return max(0.0, seconds - planned.start) if planned else None
 
 
 def measured_pace(result: dict[str, Any], times: dict[str, TrialTimes]) -> float | None:
     """A trial's period (its second or later) over the plan's for its combination: how far off the plan runs."""
-    planned = times.get(trial_key(result.get("config") or {}) or "")
-    seconds = result.get("time_this_iter_s")
-    a_later_period = int(result.get("training_iteration") or 0) >= 2
-    if not (planned and planned.period > 0 and a_later_period and isinstance(seconds, (int, float))):
+    seconds, later, planned = _last_period(result, times)
+    if seconds is None or not later or not planned or planned.period <= 0:
         return None
-    return float(seconds) / planned.period
+    return seconds / planned.period
 
 
 def mean_pace(paces: dict[str, float]) -> float:
