@@ -256,7 +256,15 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
             "deploy": exported.deploy, "warnings": exported.warnings, "registered": registered,
             "export_complete": not exported.not_made, "export_not_made": exported.not_made,
             "baseline": exported.baseline or None, "baseline_trial": baseline.as_dict() if baseline else None,
-            "edge_warnings": edges, "exploitation": session.exploitation}
+            "edge_warnings": edges, "exploitation": session.exploitation,
+            "export_steps": against_plan(exported.seconds, session.plan)}
+
+
+def against_plan(seconds: dict[str, float], plan: dict[str, Any] | None) -> dict[str, dict[str, float | None]]:
+    """Each export step's seconds beside the plan's prediction for it (None: the plan predicted none, or a resumed
+    sweep's older plan did not break the export down)."""
+    predicted = (plan or {}).get("export_steps") or {}
+    return {step: {"seconds": taken, "predicted": predicted.get(step)} for step, taken in seconds.items()}
 
 
 def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | None,

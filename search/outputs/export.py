@@ -10,11 +10,14 @@ import json
 import logging
 import shutil
 import tempfile
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from finesweep.search.outputs.card import ADAPTER, FULL, UNTUNED, model_card, variant_folder
+from finesweep.search.probe.export_time import REFERENCES
 from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.deploy import CPU_PREFIX, PRIMARY, TIMINGS, deploy_choices, metric_loss, with_speedups
 from finesweep.spaces import Quantization, SweepConfig, SweepFileError, Task
@@ -52,6 +55,8 @@ class ExportResult:
     """Variants of export.quantization that could not be made -> why (one line); empty when the export is complete."""
     baseline: dict[str, Any] = field(default_factory=dict)
     """The winner against the baseline trial (search/selection/baseline.compare); empty when the sweep ran none."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """The export's steps as the plan predicts them (search/probe/export_time.py::export_steps) -> seconds taken."""
 
     def variant_folder(self, variant: str) -> Path:
         return self.folder / variant_folder(variant)
@@ -87,21 +92,29 @@ def export_best(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     full_dir = _fresh(out_dir / "model")
-    _save_full(config, Path(checkpoint_dir), Path(tokenizer_source), best, full_dir, label_names or _split_labels(test_split))
-    adapter = _save_adapter(Path(checkpoint_dir), full_dir, _fresh(out_dir / ADAPTER)) if _is_adapter(Path(checkpoint_dir)) else None
-    if adapter is None:
-        shutil.rmtree(out_dir / ADAPTER, ignore_errors=True)  # a re-export of a full fine-tune keeps no stale adapter
-    layers = linear_layer_names(full_dir, task)
+    seconds: dict[str, float] = {}
     samples = config.export.generation_samples if task == Task.causal_lm else 0
     metrics, answers = {}, {}
-    metrics[FULL], answers[FULL] = _measure(full_dir, task, test_split, collate, layers, samples)
-    against, untuned_answers = _against_baseline(config, baseline, best, metrics[FULL], test_split, collate,
-                                                 label_names, samples, full_dir) if baseline else ({}, [])
+    with _timed(seconds, FULL):
+        _save_full(config, Path(checkpoint_dir), Path(tokenizer_source), best, full_dir,
+                   label_names or _split_labels(test_split))
+        adapter = None
+        if _is_adapter(Path(checkpoint_dir)):
+            adapter = _save_adapter(Path(checkpoint_dir), full_dir, _fresh(out_dir / ADAPTER))
+        else:  # a re-export of a full fine-tune keeps no stale adapter
+            shutil.rmtree(out_dir / ADAPTER, ignore_errors=True)
+        layers = linear_layer_names(full_dir, task)
+        metrics[FULL], answers[FULL] = _measure(full_dir, task, test_split, collate, layers, samples)
+    with _timed(seconds, REFERENCES):
+        against, untuned_answers = _against_baseline(config, baseline, best, metrics[FULL], test_split, collate,
+                                                     label_names, samples, full_dir) if baseline else ({}, [])
     not_made = {}
     for method in _methods(config):
         try:
-            folder = quantize(full_dir, method, _fresh(out_dir / f"model-{method.value}"), task)
-            metrics[method.value], answers[method.value] = _measure(folder, task, test_split, collate, layers, samples)
+            with _timed(seconds, method.value):
+                folder = quantize(full_dir, method, _fresh(out_dir / f"model-{method.value}"), task)
+                metrics[method.value], answers[method.value] = _measure(folder, task, test_split, collate, layers,
+                                                                        samples)
         except Exception as error:  # noqa: BLE001 - an exporter that cannot trace this architecture, say: the
             # full model and the other variants are still exported, and the card says what is missing and why
             not_made[method.value] = f"{type(error).__name__}: {error}".splitlines()[0][:300]
@@ -127,7 +140,7 @@ def export_best(
                       chat_format)
     (out_dir / "README.md").write_text(card, encoding="utf-8")
     return ExportResult(folder=out_dir, metrics=metrics, warnings=warnings, adapter=adapter, generations=generations,
-                        deploy=deploy, not_made=not_made, baseline=against)
+                        deploy=deploy, not_made=not_made, baseline=against, seconds=seconds)
 
 
 def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: dict[str, float], test_split: Any,
@@ -197,6 +210,16 @@ def check_backends(config: SweepConfig) -> None:
 def _methods(config: SweepConfig) -> list[Quantization]:
     """The quantized variants to make, in the order written, without none and without repeats."""
     return list(dict.fromkeys(q for q in config.export.quantization if q != Quantization.none))
+
+
+@contextmanager
+def _timed(seconds: dict[str, float], step: str) -> Iterator[None]:
+    """The step's wall seconds into `seconds` (the plan's estimate is compared with them), also when it fails."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[step] = round(time.perf_counter() - started, 1)
 
 
 def _fresh(folder: Path) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from finesweep.search.selection.deploy import FULL
 from finesweep.spaces import SweepConfig
 from finesweep.trainer.serving.evaluate import SPEED_BATCHES, SPEED_REPEATS, SPEED_ROWS, SPEED_SECONDS, WARM_UP_ROWS
 from finesweep.trainer.serving.generate import BATCH_SIZE as GENERATION_BATCH
@@ -18,6 +19,9 @@ from finesweep.trainer.serving.generate import DECODE_REPEATS, DECODE_TOKENS
 if TYPE_CHECKING:
     from finesweep.search.probe.plan import CombinationTimes
 
+# The export's step that scores the references (search.baseline): the baseline trial's checkpoint and a causal LM's
+# untuned base model.
+REFERENCES = "baseline"
 # Per exported variant (and per reference pass: the baseline's checkpoint, a causal LM's base model): loading and
 # saving it, the model card and the registry's entry. Measured on 2 cores (AVX-512, the files in the page cache):
 # 3.9 s for MiniLM's 91 MB of float32 weights, 4.4 s for SmolLM2-135M's 538 MB. The part that grows with the weights
@@ -65,11 +69,18 @@ EXPORT_THREADS_CAP = 4.0
 
 def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], test_rows: int, seq_len: int,
                    timed_on_cpu_too: bool = False, thread_ratio: float = 1.0) -> float:
-    """The export's estimate: each variant is made (the ONNX one exported), scores the test split (at the slowest
+    """The export's estimate: the sum of export_steps'."""
+    return sum(export_steps(config, combinations, test_rows, seq_len, timed_on_cpu_too, thread_ratio).values())
+
+
+def export_steps(config: SweepConfig, combinations: list[CombinationTimes], test_rows: int, seq_len: int,
+                 timed_on_cpu_too: bool = False, thread_ratio: float = 1.0) -> dict[str, float]:
+    """The export's estimate by step, as search/outputs/export.py times them (FULL, REFERENCES, then each quantized
+    variant by name): each variant is made (the ONNX one exported), scores the test split (at the slowest
     candidate's measured fp32 evaluation speed: the export evaluates a plain model, a LoRA winner merged into its
-    base; slowed or sped by the variant's kernels), is timed (`timed_on_cpu_too`, a machine with CUDA: there and on the CPU) and, for a
-    causal LM, generates its answers (in batches: generation_seconds); the baseline is scored (and answers) once beside
-    them.
+    base; slowed or sped by the variant's kernels), is timed (`timed_on_cpu_too`, a machine with CUDA: there and on
+    the CPU) and, for a causal LM, generates its answers (in batches: generation_seconds); the baseline is scored
+    (and answers) once beside them.
     `thread_ratio`: the export's threads over a trial's."""
     variants = ["none"] + [q.value for q in config.export.quantization if q.value != "none"]
     eval_speed = _full_precision_speed(combinations) * min(max(thread_ratio, 1.0), EXPORT_THREADS_CAP)
@@ -79,10 +90,10 @@ def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], te
     per_pass, test_pass = pass_seconds(combinations), (test_rows + min(WARM_UP_ROWS, test_rows)) * row_seconds
     answers = min(config.export.generation_samples, test_rows) if task == "causal_lm" else 0
     answer_seconds = generation_seconds(answers, seq_len // 2, token_seconds)  # a reply: half a row
-    seconds = _reference_passes(config, per_pass + test_pass + answer_seconds)
-    for variant in variants:
+    steps = {REFERENCES: _reference_passes(config, per_pass + test_pass + answer_seconds)}
+    for variant in dict.fromkeys(variants):
         slowdown = VARIANT_SLOWDOWN.get(variant, 2.0)
-        seconds += per_pass + slowdown * (test_pass + speed_pass_seconds(row_seconds, seq_len, task, token_seconds))
+        seconds = per_pass + slowdown * (test_pass + speed_pass_seconds(row_seconds, seq_len, task, token_seconds))
         seconds += CPU_TIMING_SECONDS * timed_on_cpu_too
         if variant == "onnx-int8":
             seconds += ONNX_EXPORT_SECONDS[task]
@@ -91,7 +102,8 @@ def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], te
             seconds += answers * (seq_len // 2) * token_seconds * GGUF_DECODE_RATIO  # one answer at a time
         elif answers:
             seconds += slowdown * answer_seconds
-    return seconds
+        steps[FULL if variant == "none" else variant] = seconds
+    return steps
 
 
 def _weight_gb(combinations: list[CombinationTimes]) -> float:

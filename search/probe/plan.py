@@ -24,7 +24,7 @@ from typing import Any
 from finesweep.search.probe.cadence import planned_cadence
 from finesweep.search.probe.dropout_default import resolve_dropout
 from finesweep.search.probe.exploit_share import auto_share, leaving_a_first_evaluation, sparing_a_capped_winner
-from finesweep.search.probe.export_time import export_seconds
+from finesweep.search.probe.export_time import export_steps
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.simulate import TRIAL_START_SECONDS, Lane, Simulated, asha_milestones, simulate
 from finesweep.search.probe.table import ProbeResult
@@ -81,7 +81,7 @@ class SearchPlan:
     concurrency: int
     budget: str  # in words
     search_seconds: float  # predicted, Ray's start included
-    export_seconds: float  # predicted
+    export_steps: dict[str, float]  # predicted, by step (search/probe/export_time.py::export_steps)
     simulated: Simulated  # the median run of the search with the planned settings
     notes: list[str] = field(default_factory=list)
     period_seconds: float | None = None  # allotted in time: every evaluation period lasts this long
@@ -111,6 +111,10 @@ class SearchPlan:
         return self.max_steps // self.eval_every_steps
 
     @property
+    def export_seconds(self) -> float:
+        return sum(self.export_steps.values())
+
+    @property
     def predicted_seconds(self) -> float:
         """Seconds from the search's start to the end of the export."""
         return self.search_seconds + self.export_seconds
@@ -120,6 +124,7 @@ class SearchPlan:
                 "num_trials": self.num_trials, "requested_num_trials": self.requested_num_trials,
                 "eval_every_steps": self.eval_every_steps, "concurrency": self.concurrency, "budget": self.budget,
                 "search_seconds": round(self.search_seconds, 1), "export_seconds": round(self.export_seconds, 1),
+                "export_steps": {step: round(seconds, 1) for step, seconds in self.export_steps.items()},
                 "exploration_seconds": round(self.search_seconds - self.exploitation_seconds, 1),
                 "exploitation_seconds": round(self.exploitation_seconds, 1), "exploit_share": self.exploit_share,
                 "simulated": vars(self.simulated), "notes": self.notes, "period_seconds": self.period_seconds,
@@ -257,7 +262,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                 export_thread_ratio: float = 1.0) -> SearchPlan | None:
     """The plan for this sweep; None when the probe measured no combination that trains. `lengths`: the data's
     token-length percentiles per model, `train_rows`: the training split's (see combination_times); `export_*`:
-    see export_seconds."""
+    see export_steps."""
     search = config.search
     combinations = combination_times(probes, config.space.effective_batch_size, validation_rows, lengths,
                                      train_rows, config.data.group_by_length)
@@ -283,8 +288,8 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     time_budget = search.exploration_seconds  # the trials' share: the rest trains the winner (search.exploit)
     plan = SearchPlan(combinations, search.eval_every_steps, schedule.evaluations * search.eval_every_steps,
                       search.max_steps, search.num_trials, search.num_trials, concurrency, _budget_words(config), 0.0,
-                      export_seconds(config, combinations, test_rows, seq_len, export_timed_on_cpu_too,
-                                     export_thread_ratio), Simulated(0.0, 0, 0, 0, 0),
+                      export_steps(config, combinations, test_rows, seq_len, export_timed_on_cpu_too,
+                                   export_thread_ratio), Simulated(0.0, 0, 0, 0, 0),
                       cadence_notes + schedule.notes, schedule.period_seconds, per_evaluation)
     lanes = [Lane(plan.period(c), round(plan.steps_per_evaluation(c)), c.start_seconds) for c in combinations]
     asha = search.asha if search.scheduler == "asha" else None

@@ -23,6 +23,7 @@ def record_export(config: SweepConfig, tracker: Tracker, experiment_id: str, par
     for variant, metrics in exported.metrics.items():
         tracker.log_metrics(parent, {f"test_{variant}_{k}": v for k, v in metrics.items()}, 0)
     record_deploy(tracker, parent, exported.deploy, console)
+    tracker.log_metrics(parent, {f"export_seconds_{step}": taken for step, taken in exported.seconds.items()}, 0)
     tracker.set_tags(parent, {EXPORT_COMPLETE_TAG: str(not exported.not_made).lower()})
     if exported.baseline:
         _record_baseline(tracker, parent, exported.baseline, console)
