@@ -490,3 +490,11 @@ def test_the_run_prints_its_plan_and_keeps_it_in_the_summary_and_on_the_parent_r
     parent = client.get_run(state["parent_run_id"])
     assert parent.data.metrics["plan_predicted_wall_seconds"] == plan["predicted_wall_seconds"] > 0
     assert "plan.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    # The export's steps as the plan predicted them, and as they took: each beside the other, on the parent run too.
+    steps = json.loads((sweep_dir / "summary.json").read_text())["export_steps"]
+    assert set(steps) == set(plan["export_steps"]) == {"full", "baseline", "int8", "onnx-int8"}
+    assert sum(plan["export_steps"].values()) == pytest.approx(plan["export_seconds"], abs=0.3)
+    assert all(steps[name]["predicted"] == plan["export_steps"][name] for name in steps)
+    assert all(steps[name]["seconds"] > 0 for name in ("full", "int8", "onnx-int8")), steps
+    assert {name: parent.data.metrics[f"export_seconds_{name}"] for name in steps} == {
+        name: step["seconds"] for name, step in steps.items()}

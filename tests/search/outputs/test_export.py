@@ -53,6 +53,14 @@ def test_export_metrics_for_full_and_int8(exported):
     assert metrics["full"]["size_bytes"] / metrics["int8"]["size_bytes"] < linear_ratio
 
 
+def test_each_export_step_is_timed_under_the_plans_name_for_it(exported):
+    """The full model (saved, scored, timed), the references (no baseline here: nothing to score) and each variant
+    (made, scored, timed): the names search/probe/export_time.py::export_steps predicts."""
+    result, _ = exported
+    assert set(result.seconds) == {"full", "baseline", "int8"}
+    assert result.seconds["full"] > 0 and result.seconds["int8"] > 0 and result.seconds["baseline"] < 0.1
+
+
 def test_export_keeps_labels_and_predicts_names(exported):
     from finesweep.trainer.serving.predict import predict
 
@@ -162,6 +170,7 @@ def test_a_variant_that_cannot_be_made_is_named_and_the_others_are_exported(tiny
     assert result.warnings[0].startswith("onnx-int8 could not be made (RuntimeError: the exporter cannot trace this "
                                          "architecture). The export in ") and "holds full, int8 instead" in result.warnings[0]
     assert not (tmp_path / "out" / "model-onnx-int8").exists()
+    assert set(result.seconds) == {"full", "baseline", "onnx-int8", "int8"}, "a failed step's seconds are kept too"
     card = (tmp_path / "out" / "README.md").read_text()
     assert "**Incomplete export**: not made: `onnx-int8` (RuntimeError" in card and "> Warning: onnx-int8 could not" in card
 

@@ -226,6 +226,11 @@ def test_a_sweep_without_budget_keeps_its_length_and_trials_and_predicts_their_t
     per_variant = test_pass + export_time.speed_pass_seconds(1 / 40.0, 64, "classification")
     baseline = export_time.EXPORT_FIXED_SECONDS + test_pass
     assert plan.export_seconds == pytest.approx(2 * export_time.EXPORT_FIXED_SECONDS + (1 + int8) * per_variant + baseline)
+    # By step, as the export times them (its summary puts each beside the plan's).
+    assert plan.export_steps == pytest.approx({"full": export_time.EXPORT_FIXED_SECONDS + per_variant,
+                                               "baseline": baseline,
+                                               "int8": export_time.EXPORT_FIXED_SECONDS + int8 * per_variant})
+    assert plan.to_dict()["export_steps"] == {step: round(seconds, 1) for step, seconds in plan.export_steps.items()}
 
 
 def test_a_time_budget_allots_each_combination_the_same_seconds_and_counts_the_trials_that_start():
