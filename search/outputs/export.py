@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from finesweep.search.outputs.card import ADAPTER, FULL, UNTUNED, model_card, variant_folder
+from finesweep.search.outputs.card import FULL, UNTUNED, model_card
+from finesweep.search.outputs.card_loading import ADAPTER, variant_folder
 from finesweep.search.probe.export_time import REFERENCES
 from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.deploy import CPU_PREFIX, PRIMARY, TIMINGS, deploy_choices, metric_loss, with_speedups

@@ -108,9 +108,9 @@ def test_the_model_cards_onnx_snippet_runs(onnx_llama, full_llama):
     answer as transformers' generate on the full model."""
     import torch
 
-    from finesweep.search.outputs.card import _onnx_decoder_usage
+    from finesweep.search.outputs.card_loading import onnx_decoder_usage
 
-    code = re.search(r"```python\n(.*?)```", "\n".join(_onnx_decoder_usage(str(onnx_llama))), re.S).group(1)
+    code = re.search(r"```python\n(.*?)```", "\n".join(onnx_decoder_usage(str(onnx_llama))), re.S).group(1)
     code = code.replace("range(64)", "range(8)")  # a tiny model need not talk long
     scope: dict = {}
     exec(code, scope)  # noqa: S102 - our own card's text, on our own test folder

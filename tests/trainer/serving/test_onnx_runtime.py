@@ -82,10 +82,10 @@ def test_an_onnxruntime_session_answers_as_the_full_model(onnx_classifier, class
 def test_the_model_cards_onnx_snippet_runs(onnx_classifier):
     """The card's snippet, run as written: its label for "an example" is the one finesweep's own ONNX prediction
     gives, and its logits have one column per label."""
-    from finesweep.search.outputs.card import _onnx_usage
+    from finesweep.search.outputs.card_loading import onnx_usage
     from finesweep.trainer.serving.predict import predict
 
-    code = re.search(r"```python\n(.*?)```", "\n".join(_onnx_usage(str(onnx_classifier))), re.S).group(1)
+    code = re.search(r"```python\n(.*?)```", "\n".join(onnx_usage(str(onnx_classifier))), re.S).group(1)
     scope: dict = {}
     exec(code, scope)  # noqa: S102 - our own card's text, on our own test folder
     assert scope["logits"].shape == (1, len(LABELS))
