@@ -17,6 +17,8 @@ from finesweep.search.outputs.logs import log_to_file
 from finesweep.search.outputs.export import check_backends
 from finesweep.search.probe import sharing
 from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions
+from finesweep.search.probe.export_calibration import calibration_key
+from finesweep.search.probe.export_calibration import ratios as export_ratios
 from finesweep.search.probe.export_fit import fit_export
 from finesweep.search.probe.plan import RAY_START_SECONDS, apply, plan_search
 from finesweep.search.probe.second_trial import one_trial_warning
@@ -192,14 +194,18 @@ def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dic
     Under search.time_limit the search gets what the command's time so far and the export's estimate leave of it."""
     config, elapsed = inputs.config, inputs.clock.total
     splits = inputs.data.prepared.report.splits
+    device = inputs.device
+    # The export runs in this process, with every core.
+    key = calibration_key(config, [device.kind, device.name, device.total_memory], os.cpu_count() or 1)
+    calibration = {"key": key, "ratios": export_ratios(key)}
 
     def plan_for(config: SweepConfig):
         return plan_search(config, kept_probes(config, inputs.precisions, inputs.probes),
                            validation_rows=splits.get("validation", 0), test_rows=splits.get("test", 0),
-                           seq_len=inputs.data.max_seq_len, concurrency=trial_slots(config, inputs.device, address),
+                           seq_len=inputs.data.max_seq_len, concurrency=trial_slots(config, device, address),
                            lengths=inputs.data.lengths, train_rows=splits.get("train", 0),
                            export_timed_on_cpu_too=_cuda_present(),
-                           export_thread_ratio=_export_thread_ratio(config, inputs.device))
+                           export_thread_ratio=_export_thread_ratio(config, device), export_calibration=calibration)
 
     limit = config.search.time_limit_seconds
     if limit:

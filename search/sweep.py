@@ -17,6 +17,7 @@ from finesweep.search.outputs.logs import log_to_file
 from finesweep.search.outputs.export import check_backends, export_best
 from finesweep.search.outputs.pareto_report import pick_export
 from finesweep.search.outputs.plots import log_sweep_plots
+from finesweep.search.probe import export_calibration
 from finesweep.search.probe.device import Device
 from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.best import Best, baseline_of, compared_params
@@ -251,6 +252,7 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
     exported = export_winner(session.config, session.folder, session.data, best, console, baseline, edges,
                              session.exploitation, session.equal_samples, len(session.compared))
     registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)
+    export_calibration.learn(session.plan, exported.seconds, exported.not_made)  # the next plan's estimate
     session.clock.lap("export")
     return {"best": best.as_dict(), "export_dir": str(exported.folder), "test_metrics": exported.metrics,
             "deploy": exported.deploy, "warnings": exported.warnings, "registered": registered,

@@ -24,6 +24,8 @@ from typing import Any
 from finesweep.search.probe.cadence import planned_cadence
 from finesweep.search.probe.dropout_default import resolve_dropout
 from finesweep.search.probe.exploit_share import auto_share, leaving_a_first_evaluation, sparing_a_capped_winner
+from finesweep.search.probe.export_calibration import calibrated
+from finesweep.search.probe.export_calibration import note as calibration_note
 from finesweep.search.probe.export_time import export_steps
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.simulate import TRIAL_START_SECONDS, Lane, Simulated, asha_milestones, simulate
@@ -89,6 +91,7 @@ class SearchPlan:
     exploitation_seconds: float = 0.0  # after the trials, the winner trains this long (search.exploit)
     exploit_share: float | None = None  # search.exploit.share as planned (auto resolved)
     dropout: Any = AUTO_DROPOUT  # space.dropout as planned (auto resolved: search/probe/dropout_default.py)
+    export_calibration: dict[str, Any] = field(default_factory=dict)  # key, ratios applied (export_calibration.py)
 
     def steps_per_evaluation(self, times: CombinationTimes) -> float:
         """Optimizer steps between evaluations at the space's mean effective batch."""
@@ -125,6 +128,7 @@ class SearchPlan:
                 "eval_every_steps": self.eval_every_steps, "concurrency": self.concurrency, "budget": self.budget,
                 "search_seconds": round(self.search_seconds, 1), "export_seconds": round(self.export_seconds, 1),
                 "export_steps": {step: round(seconds, 1) for step, seconds in self.export_steps.items()},
+                "export_calibration": self.export_calibration,
                 "exploration_seconds": round(self.search_seconds - self.exploitation_seconds, 1),
                 "exploitation_seconds": round(self.exploitation_seconds, 1), "exploit_share": self.exploit_share,
                 "simulated": vars(self.simulated), "notes": self.notes, "period_seconds": self.period_seconds,
@@ -256,13 +260,25 @@ def samples_per_evaluation(combinations: list[CombinationTimes], period: float, 
             for c in combinations}
 
 
+def _calibrate_export(plan: SearchPlan, calibration: dict[str, Any] | None) -> None:
+    """The export's steps multiplied by the ratios this machine's last export of these candidates measured, the
+    plan's note saying so; the key and the ratios applied kept for the export to learn from (export_calibration)."""
+    if not calibration:
+        return
+    applied = {step: ratio for step, ratio in calibration["ratios"].items() if step in plan.export_steps}
+    plan.export_steps = calibrated(plan.export_steps, applied)
+    plan.export_calibration = {"key": calibration["key"], "ratios": applied}
+    if applied:
+        plan.notes.append(calibration_note(applied))
+
+
 def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validation_rows: int, test_rows: int,
                 seq_len: int, concurrency: int, lengths: dict[str, dict[str, float]] | None = None,
                 train_rows: int = 0, export_timed_on_cpu_too: bool = False,
-                export_thread_ratio: float = 1.0) -> SearchPlan | None:
+                export_thread_ratio: float = 1.0, export_calibration: dict[str, Any] | None = None) -> SearchPlan | None:
     """The plan for this sweep; None when the probe measured no combination that trains. `lengths`: the data's
     token-length percentiles per model, `train_rows`: the training split's (see combination_times); `export_*`:
-    see export_steps."""
+    see export_steps; `export_calibration`: this machine's key and measured ratios (export_calibration.py)."""
     search = config.search
     combinations = combination_times(probes, config.space.effective_batch_size, validation_rows, lengths,
                                      train_rows, config.data.group_by_length)
@@ -291,6 +307,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                       export_steps(config, combinations, test_rows, seq_len, export_timed_on_cpu_too,
                                    export_thread_ratio), Simulated(0.0, 0, 0, 0, 0),
                       cadence_notes + schedule.notes, schedule.period_seconds, per_evaluation)
+    _calibrate_export(plan, export_calibration)
     lanes = [Lane(plan.period(c), round(plan.steps_per_evaluation(c)), c.start_seconds) for c in combinations]
     asha = search.asha if search.scheduler == "asha" else None
     milestones = asha_milestones(plan.evaluations, asha.grace_period, asha.reduction_factor) if asha else None

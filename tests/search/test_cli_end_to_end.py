@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from finesweep.search.probe import export_calibration
 from finesweep.search.selection.equal_samples import History, paired
 from tests import tiny
 from tests.sweeps import EVALS_PER_TRIAL, NUM_TRIALS, SWEEP, finesweep, free_port, get_json, store, tune_results
@@ -498,3 +499,10 @@ def test_the_run_prints_its_plan_and_keeps_it_in_the_summary_and_on_the_parent_r
     assert all(steps[name]["seconds"] > 0 for name in ("full", "int8", "onnx-int8")), steps
     assert {name: parent.data.metrics[f"export_seconds_{name}"] for name in steps} == {
         name: step["seconds"] for name, step in steps.items()}
+    # What they teach the next plan of these candidates on this machine (other sweeps of the tiny models in this
+    # test session may have added their own steps under the same key since).
+    learned = export_calibration.ratios(plan["export_calibration"]["key"])
+    timed = {name for name, step in steps.items() if step["seconds"] >= export_calibration.MIN_STEP_SECONDS}
+    assert timed and timed <= set(learned), (timed, learned)
+    assert all(export_calibration.RATIO_BOUNDS[0] <= ratio <= export_calibration.RATIO_BOUNDS[1]
+               for ratio in learned.values())

@@ -1,0 +1,93 @@
+"""The export's estimate corrected by this machine's own exports. export_time prices each step from the probe's
+speeds and rules measured on a few machines and models (the LLM example's export was predicted at 539 s and took
+370 s: bitsandbytes' int8 scored as fast as full precision there, not half as fast). So after an export, each
+step's seconds over the rules' prediction for it is kept in the machine cache (export/calibration.json) under what
+that error depends on: the candidate models (their files), the task, the device, the threads and the libraries.
+The next plan for the same candidates on this machine multiplies each step of the rules' estimate by the ratio its
+last export measured, and says so. A first sweep, or one of other candidates, is priced by the rules alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from finesweep.search.probe.answers import add_to_cache, model_files, read_cache
+from finesweep.spaces import SweepConfig
+from finesweep.spaces.files import machine_cache
+
+# One export's ratio, kept within these bounds: a step that an interrupted or overloaded export stretched (or a
+# cache-warm one shortened) must not make the next estimate absurd.
+RATIO_BOUNDS = (0.25, 4.0)
+# A step this short is left as the rules price it: its ratio would be noise (the references' step of a sweep whose
+# baseline is the winner takes no time at all).
+MIN_STEP_SECONDS = 2.0
+LIBRARIES = ("torch", "transformers", "bitsandbytes", "onnxruntime", "llama_cpp_python")
+
+
+def calibration_file() -> Path:
+    return machine_cache() / "export" / "calibration.json"
+
+
+def calibration_key(config: SweepConfig, device: list[Any], threads: float) -> str:
+    """What the estimate's error depends on, hashed: the candidates (each model's files as they are now: a model
+    saved again at its path is another model), the task, the device (kind, name, memory), the export's threads and
+    the libraries that make and run the variants."""
+    candidates = [{**candidate.model_dump(mode="json", exclude={"name", "pooling"}),
+                   "files": model_files(candidate.path)} for candidate in config.models]
+    described = json.dumps({"candidates": candidates, "task": config.data.task.value, "device": device,
+                            "threads": threads, "libraries": {name: _version(name) for name in LIBRARIES}},
+                           sort_keys=True)
+    return hashlib.sha256(described.encode()).hexdigest()[:20]
+
+
+def _version(package: str) -> str | None:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def ratios(key: str, cache: Path | None = None) -> dict[str, float]:
+    """Step -> the ratio this machine's last export of these candidates measured (empty: none yet)."""
+    return dict((read_cache(cache or calibration_file()).get(key) or {}).get("ratios") or {})
+
+
+def calibrated(steps: dict[str, float], known: dict[str, float]) -> dict[str, float]:
+    """The rules' estimate per step, each multiplied by its measured ratio where there is one."""
+    return {step: seconds * known.get(step, 1.0) for step, seconds in steps.items()}
+
+
+def note(known: dict[str, float]) -> str:
+    """The plan's line saying which steps a measured ratio corrected, and by how much."""
+    by_step = ", ".join(f"{step} x{ratio:.2f}" for step, ratio in known.items())
+    return (f"export estimate corrected by this machine's last export of these candidates ({by_step}: its seconds "
+            "over the rules' prediction; search/probe/export_calibration.py)")
+
+
+def learn(plan: dict[str, Any] | None, seconds: dict[str, float], not_made: dict[str, str],
+          cache: Path | None = None) -> dict[str, float]:
+    """After an export: each step's seconds over the rules' prediction for it (the plan's estimate without the
+    ratios it applied), kept for the next plan under the plan's calibration key. Steps that failed, took under
+    MIN_STEP_SECONDS or had no prediction teach nothing; nothing is kept without a plan (a re-export). Returns the
+    ratios kept."""
+    record = (plan or {}).get("export_calibration") or {}
+    predicted = (plan or {}).get("export_steps") or {}
+    if not record.get("key"):
+        return {}
+    applied = record.get("ratios") or {}
+    learned = {}
+    for step, taken in seconds.items():
+        rules = predicted.get(step, 0.0) / applied.get(step, 1.0)
+        if step in not_made or taken < MIN_STEP_SECONDS or rules <= 0:
+            continue
+        learned[step] = round(min(max(taken / rules, RATIO_BOUNDS[0]), RATIO_BOUNDS[1]), 3)
+    if learned:
+        cache = cache or calibration_file()
+        kept = {**ratios(record["key"], cache), **learned}
+        add_to_cache(cache, record["key"], {"ratios": kept, "updated": time.strftime("%Y-%m-%d %H:%M:%S")})
+    return learned
