@@ -3,8 +3,9 @@ speeds and rules measured on a few machines and models (the LLM example's export
 370 s: bitsandbytes' int8 scored as fast as full precision there, not half as fast). So after an export, each
 step's seconds over the rules' prediction for it is kept in the machine cache (export/calibration.json) under what
 that error depends on: the candidate models (their files), the task, the device, the threads and the libraries.
-The next plan for the same candidates on this machine multiplies each step of the rules' estimate by the ratio its
-last export measured, and says so. A first sweep, or one of other candidates, is priced by the rules alone.
+The next plan for the same candidates on this machine multiplies each step of the rules' estimate by the largest
+ratio of its last KEPT_EXPORTS exports, and says so. A first sweep, or one of other candidates, is priced by the rules
+alone.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ RATIO_BOUNDS = (0.25, 4.0)
 # A step this short is left as the rules price it: its ratio would be noise (the references' step of a sweep whose
 # baseline is the winner takes no time at all).
 MIN_STEP_SECONDS = 2.0
+# An export's time varies from run to run on one machine (the LLM example's four steps took 370 s and 428 s, each
+# step 0.83x to 0.90x of the other's): the largest ratio of the last exports prices the next one, so that its plan
+# errs on the side of ending early rather than past a time limit (search/measure.py keeps 10% of the estimate spare).
+KEPT_EXPORTS = 3
 LIBRARIES = ("torch", "transformers", "bitsandbytes", "onnxruntime", "llama_cpp_python")
 
 
@@ -53,8 +58,9 @@ def _version(package: str) -> str | None:
 
 
 def ratios(key: str, cache: Path | None = None) -> dict[str, float]:
-    """Step -> the ratio this machine's last export of these candidates measured (empty: none yet)."""
-    return dict((read_cache(cache or calibration_file()).get(key) or {}).get("ratios") or {})
+    """Step -> the largest ratio of this machine's last KEPT_EXPORTS exports of these candidates (empty: none yet)."""
+    measured = (read_cache(cache or calibration_file()).get(key) or {}).get("measured") or {}
+    return {step: max(kept) for step, kept in measured.items() if kept}
 
 
 def calibrated(steps: dict[str, float], known: dict[str, float]) -> dict[str, float]:
@@ -72,7 +78,7 @@ def note(known: dict[str, float]) -> str:
 def learn(plan: dict[str, Any] | None, seconds: dict[str, float], not_made: dict[str, str],
           cache: Path | None = None) -> dict[str, float]:
     """After an export: each step's seconds over the rules' prediction for it (the plan's estimate without the
-    ratios it applied), kept for the next plan under the plan's calibration key. Steps that failed, took under
+    ratios it applied), kept (the last KEPT_EXPORTS a step) for the next plan under the plan's calibration key. Steps that failed, took under
     MIN_STEP_SECONDS or had no prediction teach nothing; nothing is kept without a plan (a re-export). Returns the
     ratios kept."""
     record = (plan or {}).get("export_calibration") or {}
@@ -88,6 +94,8 @@ def learn(plan: dict[str, Any] | None, seconds: dict[str, float], not_made: dict
         learned[step] = round(min(max(taken / rules, RATIO_BOUNDS[0]), RATIO_BOUNDS[1]), 3)
     if learned:
         cache = cache or calibration_file()
-        kept = {**ratios(record["key"], cache), **learned}
-        add_to_cache(cache, record["key"], {"ratios": kept, "updated": time.strftime("%Y-%m-%d %H:%M:%S")})
+        measured = (read_cache(cache).get(record["key"]) or {}).get("measured") or {}
+        for step, ratio in learned.items():
+            measured[step] = [*measured.get(step, []), ratio][-KEPT_EXPORTS:]
+        add_to_cache(cache, record["key"], {"measured": measured, "updated": time.strftime("%Y-%m-%d %H:%M:%S")})
     return learned

@@ -31,9 +31,15 @@ def test_each_step_teaches_its_seconds_over_the_rules_prediction(tmp_path):
                                 not_made={"int8": "RuntimeError: no kernel"}, cache=cache)
     assert learned == {"full": 0.5, "onnx-int8": 3.0}
     assert calibration.ratios("k", cache) == learned
-    # The next export of the same candidates updates what it measured and keeps the rest.
+    # The next exports of the same candidates add what they measured and keep the rest; the largest ratio of the
+    # last three prices a step (an export's time varies from run to run: the plan errs on the early side).
     calibration.learn(_plan({"full": 0.5, "onnx-int8": 3.0}), {"full": 6.0}, {}, cache=cache)
     assert calibration.ratios("k", cache) == {"full": 0.6, "onnx-int8": 3.0}
+    for seconds in (4.0, 3.0):
+        calibration.learn(_plan(calibration.ratios("k", cache)), {"full": seconds}, {}, cache=cache)
+    assert calibration.ratios("k", cache) == {"full": 0.6, "onnx-int8": 3.0}
+    calibration.learn(_plan(calibration.ratios("k", cache)), {"full": 3.0}, {}, cache=cache)
+    assert calibration.ratios("k", cache) == {"full": 0.4, "onnx-int8": 3.0}, "0.6 is four exports old"
     assert calibration.ratios("another machine", cache) == {}
 
 
