@@ -1,6 +1,6 @@
 """The export's estimate corrected by this machine's own exports. export_time prices each step from the probe's
 speeds and rules measured on a few machines and models (the LLM example's export was predicted at 539 s and took
-370 s: bitsandbytes' int8 scored as fast as full precision there, not half as fast). So after an export, each
+376 s: bitsandbytes' int8 scored as fast as full precision there, not half as fast). So after an export, each
 step's seconds over the rules' prediction for it is kept in the machine cache (export/calibration.json) under what
 that error depends on: the candidate models (their files), the task, the device, the threads and the libraries.
 The next plan for the same candidates on this machine multiplies each step of the rules' estimate by the largest
@@ -28,7 +28,7 @@ RATIO_BOUNDS = (0.25, 4.0)
 # baseline is the winner takes no time at all).
 MIN_STEP_SECONDS = 2.0
 # An export's time varies from run to run on one machine (the LLM example's four steps took 370 s and 428 s, each
-# step 0.83x to 0.90x of the other's): the largest ratio of the last exports prices the next one, so that its plan
+# step 0.85x to 0.88x of the other's): the largest ratio of the last exports prices the next one, so that its plan
 # errs on the side of ending early rather than past a time limit (search/measure.py keeps 10% of the estimate spare).
 KEPT_EXPORTS = 3
 LIBRARIES = ("torch", "transformers", "bitsandbytes", "onnxruntime", "llama_cpp_python")
