@@ -259,10 +259,10 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
             "export_complete": not exported.not_made, "export_not_made": exported.not_made,
             "baseline": exported.baseline or None, "baseline_trial": baseline.as_dict() if baseline else None,
             "edge_warnings": edges, "exploitation": session.exploitation,
-            "export_steps": against_plan(exported.seconds, session.plan)}
+            "export_steps": _against_plan(exported.seconds, session.plan)}
 
 
-def against_plan(seconds: dict[str, float], plan: dict[str, Any] | None) -> dict[str, dict[str, float | None]]:
+def _against_plan(seconds: dict[str, float], plan: dict[str, Any] | None) -> dict[str, dict[str, float | None]]:
     """Each export step's seconds beside the plan's prediction for it (None: the plan predicted none, or a resumed
     sweep's older plan did not break the export down)."""
     predicted = (plan or {}).get("export_steps") or {}

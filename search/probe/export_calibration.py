@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -20,6 +21,8 @@ from typing import Any
 from finesweep.search.probe.answers import add_to_cache, model_files, read_cache
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import machine_cache
+
+log = logging.getLogger(__name__)
 
 # One export's ratio, kept within these bounds: a step that an interrupted or overloaded export stretched (or a
 # cache-warm one shortened) must not make the next estimate absurd.
@@ -78,9 +81,10 @@ def note(known: dict[str, float]) -> str:
 def learn(plan: dict[str, Any] | None, seconds: dict[str, float], not_made: dict[str, str],
           cache: Path | None = None) -> dict[str, float]:
     """After an export: each step's seconds over the rules' prediction for it (the plan's estimate without the
-    ratios it applied), kept (the last KEPT_EXPORTS a step) for the next plan under the plan's calibration key. Steps that failed, took under
-    MIN_STEP_SECONDS or had no prediction teach nothing; nothing is kept without a plan (a re-export). Returns the
-    ratios kept."""
+    ratios it applied), kept (the last KEPT_EXPORTS of a step) for the next plan under the plan's calibration key.
+    Steps that failed, took under MIN_STEP_SECONDS or had no prediction teach nothing; nothing is kept without a
+    plan (a re-export), nor where the cache cannot be written (logged: the export is done). Returns the ratios
+    learned."""
     record = (plan or {}).get("export_calibration") or {}
     predicted = (plan or {}).get("export_steps") or {}
     if not record.get("key"):
@@ -93,9 +97,17 @@ def learn(plan: dict[str, Any] | None, seconds: dict[str, float], not_made: dict
             continue
         learned[step] = round(min(max(taken / rules, RATIO_BOUNDS[0]), RATIO_BOUNDS[1]), 3)
     if learned:
-        cache = cache or calibration_file()
-        measured = (read_cache(cache).get(record["key"]) or {}).get("measured") or {}
-        for step, ratio in learned.items():
-            measured[step] = [*measured.get(step, []), ratio][-KEPT_EXPORTS:]
-        add_to_cache(cache, record["key"], {"measured": measured, "updated": time.strftime("%Y-%m-%d %H:%M:%S")})
+        try:
+            _keep(cache or calibration_file(), record["key"], learned)
+        except OSError as error:
+            log.warning("export: the machine cache kept no calibration of the export's estimate (%s)", error)
+            return {}
     return learned
+
+
+def _keep(cache: Path, key: str, learned: dict[str, float]) -> None:
+    """The new ratios after the key's earlier ones, the last KEPT_EXPORTS of each step."""
+    measured = (read_cache(cache).get(key) or {}).get("measured") or {}
+    for step, ratio in learned.items():
+        measured[step] = [*measured.get(step, []), ratio][-KEPT_EXPORTS:]
+    add_to_cache(cache, key, {"measured": measured, "updated": time.strftime("%Y-%m-%d %H:%M:%S")})

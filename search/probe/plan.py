@@ -274,8 +274,8 @@ def _calibrate_export(plan: SearchPlan, calibration: dict[str, Any] | None) -> N
 
 def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validation_rows: int, test_rows: int,
                 seq_len: int, concurrency: int, lengths: dict[str, dict[str, float]] | None = None,
-                train_rows: int = 0, export_timed_on_cpu_too: bool = False,
-                export_thread_ratio: float = 1.0, export_calibration: dict[str, Any] | None = None) -> SearchPlan | None:
+                train_rows: int = 0, export_timed_on_cpu_too: bool = False, export_thread_ratio: float = 1.0,
+                export_calibration: dict[str, Any] | None = None) -> SearchPlan | None:
     """The plan for this sweep; None when the probe measured no combination that trains. `lengths`: the data's
     token-length percentiles per model, `train_rows`: the training split's (see combination_times); `export_*`:
     see export_steps; `export_calibration`: this machine's key and measured ratios (export_calibration.py)."""

@@ -497,8 +497,10 @@ def test_the_run_prints_its_plan_and_keeps_it_in_the_summary_and_on_the_parent_r
     assert sum(plan["export_steps"].values()) == pytest.approx(plan["export_seconds"], abs=0.3)
     assert all(steps[name]["predicted"] == plan["export_steps"][name] for name in steps)
     assert all(steps[name]["seconds"] > 0 for name in ("full", "int8", "onnx-int8")), steps
-    assert {name: parent.data.metrics[f"export_seconds_{name}"] for name in steps} == {
-        name: step["seconds"] for name, step in steps.items()}
+    # (a re-export of this sweep by another test logs its own after them: the run's history holds both)
+    assert all(step["seconds"] in [m.value for m in client.get_metric_history(parent.info.run_id,
+                                                                                f"export_seconds_{name}")]
+               for name, step in steps.items())
     # What they teach the next plan of these candidates on this machine (other sweeps of the tiny models in this
     # test session may have added their own steps under the same key since).
     learned = export_calibration.ratios(plan["export_calibration"]["key"])

@@ -94,3 +94,8 @@ def test_the_plan_multiplies_the_measured_steps_and_says_so():
         "export estimate corrected by this machine's last export of these candidates (int8 x0.50: its seconds over "
         "the rules' prediction; search/probe/export_calibration.py)"]
     assert not any("export estimate corrected" in line for line in rules.notes)
+
+
+def test_a_cache_that_cannot_be_written_costs_the_calibration_not_the_sweep(tmp_path):
+    (tmp_path / "export").write_text("a file where the cache's folder would be")
+    assert calibration.learn(_plan({}), {"full": 5.0}, {}, cache=tmp_path / "export" / "calibration.json") == {}
