@@ -134,6 +134,16 @@ def test_a_deadline_already_past_stops_at_the_first_step():
     assert end == 1
 
 
+def test_a_run_started_late_keeps_its_last_evaluation_inside_the_deadline_before_it_has_timed_a_step():
+    """A start-up that left a few steps' seconds (a resume under load): the run has not timed MIN_TIMED_STEPS, so it
+    has no estimate of its end yet; it still stops where its last evaluation ends by the deadline."""
+    clock = Clock()
+    deadline = clock.now + EVAL_SECONDS + 1.5 * STEP_SECONDS
+    end, _ = _run(FinishByDeadline(deadline, EVAL_SECONDS, clock=clock), _scheduler(100),
+                  Args(max_steps=100 * OVERSHOOT), clock)
+    assert end == 1 and clock.now <= deadline
+
+
 def test_a_continuation_evaluates_at_its_own_cadence_not_the_one_its_checkpoint_recorded():
     """A resumed Trainer reloads eval_steps and save_steps from the checkpoint's state (the trial's, every 10 steps);
     the continuation evaluates every 40, as its own arguments say."""
