@@ -13,6 +13,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray started in a test process binds loopback only
+# Ray's workers run at niceness 15, below the other xdist worker's in-process training: beside a 2-thread torch load a
+# resumed trial's worker took 41 s to start (1.5 s at niceness 0), and the deadlines the tests check (the winner's
+# continuation ends by its budget) measure the other test's load, not the sweep's. Equal terms for both workers.
+os.environ.setdefault("RAY_worker_niceness", "0")
 # The machine cache (dequantized GGUF copies) of this session, never the user's ~/.cache/finesweep; removed at the
 # session's end (171 of them had piled up in /tmp).
 if "FINESWEEP_CACHE" not in os.environ:

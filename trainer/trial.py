@@ -128,13 +128,23 @@ def train(plan: TrialPlan, sink: EvaluationSink) -> dict[str, float]:
     torch.set_num_threads(max(1, plan.threads))
     if plan.resume_from and _checkpoint_step(plan.resume_from) >= min(_step_bound(plan), plan.last_step or math.inf):
         return {}  # restarted from its final checkpoint (killed after its last report): nothing is left to train
-    if plan.finish_by is not None and time.time() >= plan.finish_by:
+    if _past_deadline(plan):
         return {}  # its deadline passed while it waited (a resume after the budget's end)
     if plan.deepspeed_stage:
         single_process_rendezvous()
     trainer = _build_trainer(plan, sink)
+    if _past_deadline(plan):
+        return {}  # the model's load ate what was left
     trainer.train(resume_from_checkpoint=plan.resume_from)
     return trainer.state.log_history[-1] if trainer.state.log_history else {}
+
+
+def _past_deadline(plan: TrialPlan) -> bool:
+    """Whether a run that ends by its deadline could no longer evaluate by it (its first step would end past it).
+    Asked again once the model is loaded: Ray's workers run at niceness 15, and beside another process's load a
+    resumed continuation's worker took 41 s to start, then loaded its model past that point, and Tune's backstop
+    stopped it 38 s after its deadline."""
+    return plan.finish_by is not None and time.time() + plan.evaluation_seconds >= plan.finish_by
 
 
 def _step_bound(plan: TrialPlan) -> int:

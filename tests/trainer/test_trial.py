@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -120,6 +122,19 @@ def test_the_same_plan_trains_to_the_same_numbers(tmp_path, sentiment_csv, tiny_
                         eval_every_steps=4), sink)
         losses.append(sink.evaluations[0][1]["eval_loss"])
     assert losses[0] == losses[1]
+
+
+def test_a_run_that_ends_by_a_deadline_trains_nothing_once_an_evaluation_would_end_past_it(tmp_path, sentiment_csv,
+                                                                                          tiny_classifier):
+    prepared, tokenized = tokenized_splits(tmp_path, sentiment_csv, tiny_classifier)
+    sink = RecordingSink()
+    plan = make_plan(tmp_path, tiny_classifier, tokenized, prepared.label_names, finish_by=time.time() + 60,
+                     evaluation_seconds=120.0, evaluations=2)
+    assert train(plan, sink) == {}
+    assert sink.logs == [] and sink.evaluations == []
+    in_time = dataclasses.replace(plan, finish_by=time.time() + 600, evaluation_seconds=1.0)
+    train(in_time, sink)
+    assert sink.evaluations, "with time for a step and an evaluation it trains"
 
 
 def test_an_exploding_loss_stops_the_trial_as_diverged(tmp_path, sentiment_csv, tiny_classifier):
