@@ -14,7 +14,7 @@ from finesweep.search.inputs import (PreparedSweep, SweepFolder, dequantize_gguf
                                      tokenizer_candidates)
 from finesweep.search.outputs.console import Console
 from finesweep.search.outputs.logs import log_to_file
-from finesweep.search.outputs.export import check_backends
+from finesweep.search.outputs.variants import check_backends
 from finesweep.search.probe import sharing
 from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions
 from finesweep.search.probe.export_calibration import calibration_key

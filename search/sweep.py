@@ -14,9 +14,10 @@ from finesweep.search.inputs import PreparedSweep, SweepFolder, prepare_data, sw
 from finesweep.search.measure import Measured, measure_inputs, plan_trials
 from finesweep.search.outputs.console import Console
 from finesweep.search.outputs.logs import log_to_file
-from finesweep.search.outputs.export import check_backends, export_best
+from finesweep.search.outputs.export import export_best
 from finesweep.search.outputs.pareto_report import pick_export
 from finesweep.search.outputs.plots import log_sweep_plots
+from finesweep.search.outputs.variants import check_backends
 from finesweep.search.probe import export_calibration
 from finesweep.search.probe.device import Device
 from finesweep.search.selection import baseline as baseline_comparison

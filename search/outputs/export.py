@@ -18,10 +18,11 @@ from typing import Any, Callable, Iterator
 
 from finesweep.search.outputs.card import FULL, UNTUNED, model_card
 from finesweep.search.outputs.card_loading import ADAPTER, variant_folder
+from finesweep.search.outputs.variants import not_made_paragraph, quantized_methods
 from finesweep.search.probe.export_time import REFERENCES
 from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.deploy import CPU_PREFIX, PRIMARY, TIMINGS, deploy_choices, metric_loss, with_speedups
-from finesweep.spaces import Quantization, SweepConfig, SweepFileError, Task
+from finesweep.spaces import SweepConfig, Task
 from finesweep.spaces.files import write_json_atomic
 from finesweep.trainer.data.chat import resolve_template
 from finesweep.trainer.models import load_checkpoint, load_model, with_pad_token
@@ -29,7 +30,7 @@ from finesweep.trainer.serving.evaluate import (evaluate, folder_size_bytes, lay
                                                 serving_speed)
 from finesweep.trainer.serving.generate import decode_speed, score_generation
 from finesweep.trainer.serving.loader import load_exported
-from finesweep.trainer.serving.quantize import linear_layer_names, missing_backend, missing_device, quantize
+from finesweep.trainer.serving.quantize import linear_layer_names, quantize
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def export_best(
         against, untuned_answers = _against_baseline(config, baseline, best, metrics[FULL], test_split, collate,
                                                      label_names, samples, full_dir) if baseline else ({}, [])
     not_made = {}
-    for method in _methods(config):
+    for method in quantized_methods(config):
         try:
             with _timed(seconds, method.value):
                 folder = quantize(full_dir, method, _fresh(out_dir / f"model-{method.value}"), task)
@@ -181,36 +182,6 @@ def _untuned_base(config: SweepConfig, best: dict, test_split: Any, collate: Cal
     del model
     gc.collect()
     return measured, answers
-
-
-def not_made_paragraph(variant: str, reason: str, kept: list[str], out_dir: Path, log_file: Path | None) -> str:
-    """What a user reads when an export variant failed: which, why, what the export holds instead, what to do."""
-    where = f"the traceback is in {log_file}" if log_file else "run again with --verbose for the traceback"
-    return (f"{variant} could not be made ({reason}). The export in {out_dir} holds {', '.join(kept)} instead, and "
-            f"its deploy pick is among them; {where}. The usual cause is a library version finesweep was not tested "
-            "with: scripts/setup.sh installs the locked versions (requirements-lock.txt). Then make the variant again "
-            f"without training again: finesweep export <sweep folder> --quantize {variant}.")
-
-
-def check_backends(config: SweepConfig) -> None:
-    """Before any trial runs: every export.quantization method's library is installed (an export that fails after
-    hours of search for want of a pip install would waste them)."""
-    missing = {m.value: install for m in _methods(config) if (install := missing_backend(m))}
-    if missing:
-        raise SweepFileError(
-            f"export.quantization: {', '.join(missing)} needs a library that is not installed here. "
-            f"Install it ({'; '.join(sorted(set(missing.values())))}) or remove {', '.join(missing)} from the list.")
-    for method in _methods(config):
-        if reason := missing_device(method):
-            raise SweepFileError(
-                f"export.quantization: {method.value} runs on GPU kernels only and needs {reason}. Run the sweep "
-                f"on such a machine (the export runs where `finesweep run` runs), or remove {method.value} from "
-                "the list.")
-
-
-def _methods(config: SweepConfig) -> list[Quantization]:
-    """The quantized variants to make, in the order written, without none and without repeats."""
-    return list(dict.fromkeys(q for q in config.export.quantization if q != Quantization.none))
 
 
 @contextmanager

@@ -110,7 +110,7 @@ def test_a_gpu_only_variant_without_the_gpu_is_a_sweep_file_error_naming_the_cap
     import torch
 
     from finesweep.search.outputs import export
-    from finesweep.search.outputs.export import check_backends
+    from finesweep.search.outputs.variants import check_backends
     from finesweep.spaces import Quantization, SweepFileError
     from finesweep.trainer.serving import quantize
     from tests.exports import export_config
