@@ -109,13 +109,13 @@ def test_the_gpu_variants_are_torchaos_int4_weight_only_and_float8_per_row_confi
 def test_a_gpu_only_variant_without_the_gpu_is_a_sweep_file_error_naming_the_capability(monkeypatch):
     import torch
 
-    from finesweep.search.outputs import export
+    from finesweep.search.outputs import variants
     from finesweep.search.outputs.variants import check_backends
     from finesweep.spaces import Quantization, SweepFileError
     from finesweep.trainer.serving import quantize
     from tests.exports import export_config
 
-    monkeypatch.setattr(export, "missing_backend", lambda method: None)  # torchao importable: the device decides
+    monkeypatch.setattr(variants, "missing_backend", lambda method: None)  # torchao importable: the device decides
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert quantize.missing_device(Quantization.torchao_int8) is None  # a CPU path
     with pytest.raises(SweepFileError, match=r"export.quantization: torchao-int4 runs on GPU kernels only and needs a "
