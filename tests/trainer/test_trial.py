@@ -125,13 +125,26 @@ def test_the_same_plan_trains_to_the_same_numbers(tmp_path, sentiment_csv, tiny_
 
 
 def test_a_run_that_ends_by_a_deadline_trains_nothing_once_an_evaluation_would_end_past_it(tmp_path, sentiment_csv,
-                                                                                          tiny_classifier):
+                                                                                          tiny_classifier, monkeypatch):
+    from finesweep.trainer import trial
+
     prepared, tokenized = tokenized_splits(tmp_path, sentiment_csv, tiny_classifier)
     sink = RecordingSink()
     plan = make_plan(tmp_path, tiny_classifier, tokenized, prepared.label_names, finish_by=time.time() + 60,
                      evaluation_seconds=120.0, evaluations=2)
     assert train(plan, sink) == {}
     assert sink.logs == [] and sink.evaluations == []
+    # Asked again once the model is loaded: a load that ate the last seconds (a starved worker's) trains nothing.
+    build = trial._build_trainer
+
+    def slow_build(*args):
+        time.sleep(1.5)
+        return build(*args)
+
+    monkeypatch.setattr(trial, "_build_trainer", slow_build)
+    assert train(dataclasses.replace(plan, finish_by=time.time() + 11, evaluation_seconds=10.0), sink) == {}
+    assert sink.logs == [] and sink.evaluations == []
+    monkeypatch.setattr(trial, "_build_trainer", build)
     in_time = dataclasses.replace(plan, finish_by=time.time() + 600, evaluation_seconds=1.0)
     train(in_time, sink)
     assert sink.evaluations, "with time for a step and an evaluation it trains"
