@@ -129,7 +129,7 @@ def train(plan: TrialPlan, sink: EvaluationSink) -> dict[str, float]:
     if plan.resume_from and _checkpoint_step(plan.resume_from) >= min(_step_bound(plan), plan.last_step or math.inf):
         return {}  # restarted from its final checkpoint (killed after its last report): nothing is left to train
     if _past_deadline(plan):
-        return {}  # its deadline passed while it waited (a resume after the budget's end)
+        return {}  # no evaluation could end by its deadline any more (a resume after the budget's end)
     if plan.deepspeed_stage:
         single_process_rendezvous()
     trainer = _build_trainer(plan, sink)
