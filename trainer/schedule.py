@@ -120,8 +120,8 @@ class FinishByDeadline(TrainerCallback):
 
     def _untimed_margin(self, timed: int, now: float) -> float:
         """Before the run has timed MIN_TIMED_STEPS it has no estimate of its end: another step and the last
-        evaluation must still end by the deadline (a resumed continuation whose start-up under load had left it
-        seconds stopped only at the deadline, and logged its last evaluation 9 to 20 s past it in CI)."""
+        evaluation must still end by the deadline (a run that starts with seconds left, as a resumed continuation
+        whose start-up a loaded machine slowed, would otherwise train to the deadline and evaluate past it)."""
         if timed >= MIN_TIMED_STEPS or timed <= 0:
             return 0.0
         return max(now - self._began_at - self._evaluation_total, 0.0) / timed + self.evaluation_seconds

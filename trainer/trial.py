@@ -140,7 +140,7 @@ def train(plan: TrialPlan, sink: EvaluationSink) -> dict[str, float]:
 
 
 def _past_deadline(plan: TrialPlan) -> bool:
-    """Whether a run that ends by its deadline could no longer evaluate by it (its first step would end past it).
+    """Whether a run that ends by its deadline could no longer evaluate by it (an evaluation now would end past it).
     Asked again once the model is loaded: Ray's workers run at niceness 15, and beside another process's load a
     resumed continuation's worker took 41 s to start, then loaded its model past that point, and Tune's backstop
     stopped it 38 s after its deadline."""
