@@ -19,7 +19,7 @@ from finesweep.search.outputs.pareto_report import pick_export
 from finesweep.search.outputs.plots import log_sweep_plots
 from finesweep.search.outputs.variants import check_backends
 from finesweep.search.probe import export_calibration
-from finesweep.search.probe.device import Device
+from finesweep.search.probe.device import Device, warn_of_other_work
 from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.best import Best, baseline_of, compared_params
 from finesweep.search.selection.edges import edge_warnings
@@ -184,6 +184,8 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
         **allotted_time(session.plan), train_rows=session.data.prepared.report.splits.get("train", 0),
     )
     start_ray(address)
+    if address is None and session.device.kind == "cpu":
+        warn_of_other_work()  # the probe warns only when it measures; a cached probe's speeds were taken earlier
     session.console.search_start(config.search.algorithm, config.search.scheduler, config.search.plateau_patience)
     evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
     recorder = TrialEndRecorder(tracker.uri, context, evaluations, session.console.trial_event(config.search.metric))

@@ -127,15 +127,91 @@ CONTENTION_SLACK_CORES = 0.5
 def busy_cores(window: float = BUSY_WINDOW_SECONDS, read_stat: Callable[[], list[int] | None] | None = None) -> float | None:
     """How many of the machine's cores are busy right now: the busy share of /proc/stat's CPU time over `window`
     seconds, times the cores it counts. None where there is no /proc/stat (not Linux)."""
+    return other_work_cores(window, read_stat, read_own_ticks=lambda: 0)
+
+
+def other_work_cores(window: float = BUSY_WINDOW_SECONDS, read_stat: Callable[[], list[int] | None] | None = None,
+                     read_own_ticks: Callable[[], int | None] | None = None) -> float | None:
+    """How many of the machine's cores work other than this process and its descendants keeps busy right now: the
+    busy CPU time of /proc/stat over `window` seconds less what this process tree used in it (a local Ray's raylet
+    and workers, the probe's worker: all started by this process), as cores. None where there is no /proc."""
     read_stat = read_stat or _proc_stat
-    first = read_stat()
+    read_own_ticks = read_own_ticks or (lambda: tree_ticks(os.getpid()))
+    first, own_first = read_stat(), read_own_ticks()
     time.sleep(window)
-    second = read_stat()
-    if not first or not second:
+    second, own_second = read_stat(), read_own_ticks()
+    if not first or not second or own_first is None or own_second is None:
         return None
     cores, times = second[0], [b - a for a, b in zip(first[1:], second[1:])]
     total, idle = sum(times), times[3] + times[4]  # idle and iowait
-    return round(cores * (total - idle) / total, 2) if total > 0 else 0.0
+    other = total - idle - (own_second - own_first)
+    return round(max(0.0, cores * other / total), 2) if total > 0 else 0.0
+
+
+def tree_ticks(root: int, proc: Path = Path("/proc")) -> int | None:
+    """The CPU time, in clock ticks (/proc/stat's unit), of process `root` and its live descendants: each one's user
+    and system time and that of the children it has waited for (so a descendant that ended still counts). None
+    where `root` has no /proc entry."""
+    parents, ticks = {}, {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # After the command's name (which may hold spaces and parentheses): state, ppid, ..., utime at 11,
+            # stime, cutime, cstime (proc(5)).
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # the process ended between the listing and the read
+        pid = int(entry.name)
+        parents[pid], ticks[pid] = int(fields[1]), sum(map(int, fields[11:15]))
+    if root not in ticks:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += ticks[pid]
+        todo.extend(children.get(pid, []))
+    return total
+
+
+# How long the search's start watches the machine for other work (longer than the probe's look: said once a sweep),
+# and Ray's variable for its workers' niceness (ray_constants.RAY_WORKER_NICENESS; 15 when unset).
+OTHER_WORK_WINDOW_SECONDS = 0.5
+RAY_WORKER_NICENESS = "RAY_worker_niceness"
+
+
+def warn_of_other_work() -> str:
+    """Warn (and return the words) where other work keeps this machine's cores busy as a local Ray's CPU trials
+    start: other_work_warning's; empty where they find their cores free."""
+    cores = os.cpu_count() or 1
+    warning = other_work_warning(other_work_cores(OTHER_WORK_WINDOW_SECONDS), cores,
+                                 os.environ.get(RAY_WORKER_NICENESS))
+    if warning:
+        log.warning(warning)
+    return warning
+
+
+def other_work_warning(busy: float | None, cores: int, niceness: str | None) -> str:
+    """What a search that starts beside other CPU work is told (empty where the trials' threads find their cores
+    free). Ray runs its workers at niceness 15 unless RAY_worker_niceness (`niceness`) says otherwise: the trials then
+    get only the cores other work leaves, and the plan's seconds, priced from speeds measured on a quieter machine or
+    in this process at its own priority, buy fewer steps."""
+    if not contended(busy, threads=cores, cores=cores):
+        return ""
+    try:
+        equal_terms = niceness is not None and int(niceness) <= 0
+    except ValueError:
+        equal_terms = False
+    share = ("The trials share those cores with it (RAY_worker_niceness=%s)" % niceness if equal_terms else
+             "Ray runs trials at a low priority (niceness 15 unless RAY_worker_niceness says otherwise), so they get "
+             "only what the other work leaves")
+    fix = "" if equal_terms else ", or start the sweep with RAY_worker_niceness=0 to share the cores on equal terms"
+    return (f"search: other work keeps {busy:.1f} of this machine's {cores} CPU cores busy as the trials start "
+            f"(processes this sweep did not start). {share}: they will train fewer steps than the plan counted, "
+            f"and a time budget buys less. Stop the other work{fix}.")
 
 
 def contended(busy: float | None, threads: int, cores: int | None = None) -> bool:
