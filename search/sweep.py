@@ -185,7 +185,10 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     )
     start_ray(address)
     if address is None and session.device.kind == "cpu":
-        warn_of_other_work()  # the probe warns only when it measures; a cached probe's speeds were taken earlier
+        # The probe warns only when it measures; a cached probe's speeds were taken earlier. Kept on the parent run:
+        # why a sweep's trials trained less than its plan said.
+        if (other_work := warn_of_other_work()) is not None:
+            tracker.log_metrics(session.parent, {"search_start_other_work_cores": other_work}, 0)
     session.console.search_start(config.search.algorithm, config.search.scheduler, config.search.plateau_patience)
     evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
     recorder = TrialEndRecorder(tracker.uri, context, evaluations, session.console.trial_event(config.search.metric))

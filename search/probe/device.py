@@ -183,15 +183,13 @@ OTHER_WORK_WINDOW_SECONDS = 0.5
 RAY_WORKER_NICENESS = "RAY_worker_niceness"
 
 
-def warn_of_other_work() -> str:
-    """Warn (and return the words) where other work keeps this machine's cores busy as a local Ray's CPU trials
-    start: other_work_warning's; empty where they find their cores free."""
-    cores = os.cpu_count() or 1
-    warning = other_work_warning(other_work_cores(OTHER_WORK_WINDOW_SECONDS), cores,
-                                 os.environ.get(RAY_WORKER_NICENESS))
-    if warning:
+def warn_of_other_work() -> float | None:
+    """The cores other work keeps busy as a local Ray's CPU trials start (other_work_cores; None without /proc),
+    warned about where the trials' threads would lack free cores (other_work_warning)."""
+    busy = other_work_cores(OTHER_WORK_WINDOW_SECONDS)
+    if warning := other_work_warning(busy, os.cpu_count() or 1, os.environ.get(RAY_WORKER_NICENESS)):
         log.warning(warning)
-    return warning
+    return busy
 
 
 def other_work_warning(busy: float | None, cores: int, niceness: str | None) -> str:
