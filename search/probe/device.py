@@ -195,15 +195,15 @@ def warn_of_other_work() -> float | None:
 def other_work_warning(busy: float | None, cores: int, niceness: str | None) -> str:
     """What a search that starts beside other CPU work is told (empty where the trials' threads find their cores
     free). Ray runs its workers at niceness 15 unless RAY_worker_niceness (`niceness`) says otherwise: the trials then
-    get only the cores other work leaves, and the plan's seconds, priced from speeds measured on a quieter machine or
-    in this process at its own priority, buy fewer steps."""
+    get only the cores other work leaves, and the plan's seconds, priced from speeds the probe measured at its own
+    priority (or cached from a quieter machine), buy fewer steps."""
     if not contended(busy, threads=cores, cores=cores):
         return ""
     try:
         equal_terms = niceness is not None and int(niceness) <= 0
     except ValueError:
         equal_terms = False
-    share = ("The trials share those cores with it (RAY_worker_niceness=%s)" % niceness if equal_terms else
+    share = (f"The trials share those cores with it (RAY_worker_niceness={niceness})" if equal_terms else
              "Ray runs trials at a low priority (niceness 15 unless RAY_worker_niceness says otherwise), so they get "
              "only what the other work leaves")
     fix = "" if equal_terms else ", or start the sweep with RAY_worker_niceness=0 to share the cores on equal terms"
