@@ -16,6 +16,7 @@ from finesweep.search.outputs.console import Console
 from finesweep.search.outputs.logs import log_to_file
 from finesweep.search.outputs.variants import check_backends
 from finesweep.search.probe import sharing
+from finesweep.search.probe.cores import usable_cores
 from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions
 from finesweep.search.probe.export_calibration import calibration_key
 from finesweep.search.probe.export_calibration import ratios as export_ratios
@@ -185,7 +186,7 @@ def _export_thread_ratio(config: SweepConfig, device: Device) -> float:
     """On a CPU, the export's threads (every core) over the threads of a trial, whose evaluation the probe timed."""
     if device.kind != "cpu":
         return 1.0
-    return (os.cpu_count() or 1) / config.resources.cpus_per_trial
+    return usable_cores() / config.resources.cpus_per_trial
 
 
 def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dict[str, Any] | None]:
@@ -196,7 +197,7 @@ def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dic
     splits = inputs.data.prepared.report.splits
     device = inputs.device
     # The export runs in this process, with every core.
-    key = calibration_key(config, [device.kind, device.name, device.total_memory], os.cpu_count() or 1)
+    key = calibration_key(config, [device.kind, device.name, device.total_memory], usable_cores())
     calibration = {"key": key, "ratios": export_ratios(key)}
 
     def plan_for(config: SweepConfig):
@@ -279,15 +280,13 @@ def _cuda_present() -> bool:
 
 
 def trial_slots(config: SweepConfig, device: Device, address: str | None) -> int:
-    """Trials that can run at once: max_concurrent_trials, capped on a local Ray by this machine's CPUs (and GPUs)
-    per trial's request; a cluster's size is Ray's to know, so there the sweep file's number."""
-    import os
-
+    """Trials that can run at once: max_concurrent_trials, capped on a local Ray by the CPU cores this sweep may use
+    (and the GPUs) per trial's request; a cluster's size is Ray's to know, so there the sweep file's number."""
     resources = config.resources
     wanted = min(config.search.max_concurrent_trials or 1, config.search.num_trials)
     if address is not None:
         return wanted
-    slots = core_slots(resources, os.cpu_count() or 1)
+    slots = core_slots(resources, usable_cores())
     if resources.gpus_per_trial and device.kind == "cuda":
         slots = min(slots, gpu_slots(resources, device))
     return min(wanted, slots)

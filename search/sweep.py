@@ -19,7 +19,8 @@ from finesweep.search.outputs.pareto_report import pick_export
 from finesweep.search.outputs.plots import log_sweep_plots
 from finesweep.search.outputs.variants import check_backends
 from finesweep.search.probe import export_calibration
-from finesweep.search.probe.device import Device, warn_of_other_work
+from finesweep.search.probe.cores import usable_cores, warn_of_other_work
+from finesweep.search.probe.device import Device
 from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.best import Best, baseline_of, compared_params
 from finesweep.search.selection.edges import edge_warnings
@@ -51,10 +52,12 @@ def start_parent_run(config: SweepConfig, folder: SweepFolder, tracker: Tracker,
 
 
 def _hardware(device: Device) -> dict[str, Any]:
-    """What the sweep ran on: the training device and the machine around it."""
+    """What the sweep ran on: the training device and the machine around it (`cpu_cores`: those this sweep may use,
+    `machine_cpus`: the machine's)."""
     import os
 
-    return {**asdict(device), "cpu_cores": os.cpu_count(), "machine": platform.machine(), "system": platform.platform()}
+    return {**asdict(device), "cpu_cores": usable_cores(), "machine_cpus": os.cpu_count(), "machine": platform.machine(),
+            "system": platform.platform()}
 
 
 @dataclass

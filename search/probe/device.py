@@ -5,10 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from finesweep.spaces import Precision, SweepFileError
 
@@ -116,113 +114,3 @@ def check_deepspeed(stage: int, device: Device) -> None:
             f"resources.deepspeed_stage: ZeRO stage {stage} needs {' and '.join(missing)}, but this machine "
             f"({device.name}) has not. Install what is missing, run the sweep where it is, or set "
             "resources.deepspeed_stage: 0.")
-
-
-# How long busy_cores watches the machine, and how many of the probe's threads may lack a free core before its
-# speeds are taken as measured under load (half a core: the driver's and Ray's own flickers stay below it).
-BUSY_WINDOW_SECONDS = 0.25
-CONTENTION_SLACK_CORES = 0.5
-
-
-def busy_cores(window: float = BUSY_WINDOW_SECONDS, read_stat: Callable[[], list[int] | None] | None = None) -> float | None:
-    """How many of the machine's cores are busy right now: the busy share of /proc/stat's CPU time over `window`
-    seconds, times the cores it counts. None where there is no /proc/stat (not Linux)."""
-    return other_work_cores(window, read_stat, read_own_ticks=lambda: 0)
-
-
-def other_work_cores(window: float = BUSY_WINDOW_SECONDS, read_stat: Callable[[], list[int] | None] | None = None,
-                     read_own_ticks: Callable[[], int | None] | None = None) -> float | None:
-    """How many of the machine's cores work other than this process and its descendants keeps busy right now: the
-    busy CPU time of /proc/stat over `window` seconds less what this process tree used in it (a local Ray's raylet
-    and workers, the probe's worker: all started by this process), as cores. None where there is no /proc."""
-    read_stat = read_stat or _proc_stat
-    read_own_ticks = read_own_ticks or (lambda: tree_ticks(os.getpid()))
-    first, own_first = read_stat(), read_own_ticks()
-    time.sleep(window)
-    second, own_second = read_stat(), read_own_ticks()
-    if not first or not second or own_first is None or own_second is None:
-        return None
-    cores, times = second[0], [b - a for a, b in zip(first[1:], second[1:])]
-    total, idle = sum(times), times[3] + times[4]  # idle and iowait
-    other = total - idle - (own_second - own_first)
-    return round(max(0.0, cores * other / total), 2) if total > 0 else 0.0
-
-
-def tree_ticks(root: int, proc: Path = Path("/proc")) -> int | None:
-    """The CPU time, in clock ticks (/proc/stat's unit), of process `root` and its live descendants: each one's user
-    and system time and that of the children it has waited for (so a descendant that ended still counts). None
-    where `root` has no /proc entry."""
-    parents, ticks = {}, {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            # After the command's name (which may hold spaces and parentheses): state, ppid, ..., utime at 11,
-            # stime, cutime, cstime (proc(5)).
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue  # the process ended between the listing and the read
-        pid = int(entry.name)
-        parents[pid], ticks[pid] = int(fields[1]), sum(map(int, fields[11:15]))
-    if root not in ticks:
-        return None
-    children: dict[int, list[int]] = {}
-    for pid, parent in parents.items():
-        children.setdefault(parent, []).append(pid)
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += ticks[pid]
-        todo.extend(children.get(pid, []))
-    return total
-
-
-# How long the search's start watches the machine for other work (longer than the probe's look: said once a sweep),
-# and Ray's variable for its workers' niceness (ray_constants.RAY_WORKER_NICENESS; 15 when unset).
-OTHER_WORK_WINDOW_SECONDS = 0.5
-RAY_WORKER_NICENESS = "RAY_worker_niceness"
-
-
-def warn_of_other_work() -> float | None:
-    """The cores other work keeps busy as a local Ray's CPU trials start (other_work_cores; None without /proc),
-    warned about where the trials' threads would lack free cores (other_work_warning)."""
-    busy = other_work_cores(OTHER_WORK_WINDOW_SECONDS)
-    if warning := other_work_warning(busy, os.cpu_count() or 1, os.environ.get(RAY_WORKER_NICENESS)):
-        log.warning(warning)
-    return busy
-
-
-def other_work_warning(busy: float | None, cores: int, niceness: str | None) -> str:
-    """What a search that starts beside other CPU work is told (empty where the trials' threads find their cores
-    free). Ray runs its workers at niceness 15 unless RAY_worker_niceness (`niceness`) says otherwise: the trials then
-    get only the cores other work leaves, and the plan's seconds, priced from speeds the probe measured at its own
-    priority (or cached from a quieter machine), buy fewer steps."""
-    if not contended(busy, threads=cores, cores=cores):
-        return ""
-    try:
-        equal_terms = niceness is not None and int(niceness) <= 0
-    except ValueError:
-        equal_terms = False
-    share = (f"The trials share those cores with it (RAY_worker_niceness={niceness})" if equal_terms else
-             "Ray runs trials at a low priority (niceness 15 unless RAY_worker_niceness says otherwise), so they get "
-             "only what the other work leaves")
-    fix = "" if equal_terms else ", or start the sweep with RAY_worker_niceness=0 to share the cores on equal terms"
-    return (f"search: other work keeps {busy:.1f} of this machine's {cores} CPU cores busy as the trials start "
-            f"(processes this sweep did not start). {share}: they will train fewer steps than the plan counted, "
-            f"and a time budget buys less. Stop the other work{fix}.")
-
-
-def contended(busy: float | None, threads: int, cores: int | None = None) -> bool:
-    """Whether `threads` more busy threads (the probe's) would lack a free core with `busy` cores already taken."""
-    cores = cores or os.cpu_count() or 1
-    return busy is not None and busy + threads > cores + CONTENTION_SLACK_CORES
-
-
-def _proc_stat() -> list[int] | None:
-    """[number of cores, then the aggregate line's user, nice, system, idle, iowait, ... jiffies] of /proc/stat."""
-    path = Path("/proc/stat")
-    if not path.is_file():
-        return None
-    lines = path.read_text().splitlines()
-    cores = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
-    return [cores, *map(int, lines[0].split()[1:])]

@@ -11,9 +11,9 @@ all GPUs, at most the CPU cores over cpus_per_trial. On a CPU the defaults stay 
 from __future__ import annotations
 
 import math
-import os
 
 from finesweep.search.probe.batch_search import SAFETY_MARGIN
+from finesweep.search.probe.cores import usable_cores
 from finesweep.search.probe.device import Device
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
@@ -59,7 +59,7 @@ def share_devices(config: SweepConfig, device: Device, probes: dict[str, ProbeRe
     if device.kind != "cuda" or gpus == 0:  # 0: the trials train on the CPU by request
         gpus, concurrent = gpus or 0, concurrent or 1
     elif gpus is None or concurrent is None:
-        by_cores = core_slots(resources, cpu_cores or os.cpu_count() or 1)
+        by_cores = core_slots(resources, cpu_cores or usable_cores())
         fit = trials_per_gpu(device, peak_bytes(probes)) if resources.workers_per_trial == 1 else 1
         if concurrent is None:
             # The file's share: the trials Ray can place with it; else as many as fit by the measured peak.

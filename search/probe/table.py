@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -19,7 +18,8 @@ from typing import Any, Callable
 from finesweep.search.probe.answers import add_to_cache, fingerprint, read_cache
 from finesweep.search.probe.batch_search import (SAFETY_MARGIN, TimeBox, fastest_batch, find_eval_batch,
                                                  find_max_micro_batch, past, throughput_candidates)
-from finesweep.search.probe.device import Device, busy_cores, contended
+from finesweep.search.probe.cores import allowed_cpus, busy_cores, contended
+from finesweep.search.probe.device import Device
 from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import SweepConfig, Task, parse_bytes
 from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest
@@ -260,7 +260,7 @@ class _CachedProber:
         if contended(busy, self.threads):
             log.warning("probe: %.1f of %d CPU cores are busy with other work while the probe times training with "
                         "%d thread(s): its speeds, and the plan made from them, will be pessimistic. A later sweep "
-                        "measures them again when the machine is quieter.", busy, os.cpu_count() or 1, self.threads)
+                        "measures them again when the machine is quieter.", busy, len(allowed_cpus()), self.threads)
         return busy
 
     def too_slow(self, attempt: ProbeAttempt, model: str, precision: str = FULL_PRECISION,

@@ -9,12 +9,14 @@ import threading
 from collections.abc import Callable
 
 from finesweep.search.outputs.logs import route_library_consoles
+from finesweep.search.probe.cores import usable_cores
 from finesweep.search.tuning import ray_compat
 from finesweep.spaces import SweepFileError
 
 
 def start_ray(address: str | None) -> None:
-    """Join the cluster at `address`, or start a local Ray bound to 127.0.0.1."""
+    """Join the cluster at `address`, or start a local Ray bound to 127.0.0.1 with the CPU cores the plan counted
+    (cores.usable_cores: Ray's own count reads a container's quota but not a job's CPU affinity)."""
     import ray
 
     if ray.is_initialized():
@@ -28,7 +30,7 @@ def start_ray(address: str | None) -> None:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     else:
         ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
-                 **ray_compat.local_node_on_loopback())
+                 num_cpus=usable_cores(), **ray_compat.local_node_on_loopback())
     keep_sigterm_handler(own_sigterm)
     route_library_consoles()  # Ray's warnings (a checkpoint read back without its metrics) to the sweep's log
 

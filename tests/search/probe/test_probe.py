@@ -10,7 +10,7 @@ from dataclasses import asdict
 import pytest
 import yaml
 
-from finesweep.search.probe import answers, table as probe_module
+from finesweep.search.probe import answers, cores, table as probe_module
 from finesweep.search.probe.device import Device, resolve_device
 from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, ProbeError, TimeBox, fastest_batch,
                                                  find_eval_batch, find_max_micro_batch, predict_max_batch,
@@ -365,7 +365,8 @@ def test_speeds_measured_under_load_are_warned_about_and_measured_again_once_the
         return workers[-1]
 
     monkeypatch.setattr(probe_module, "ProbeWorker", new_worker)
-    monkeypatch.setattr(probe_module.os, "cpu_count", lambda: 2)
+    for module in (probe_module, cores):  # a machine of 2 CPUs
+        monkeypatch.setattr(module, "allowed_cpus", lambda: {0, 1})
     # Other work holds 1.9 of the 2 cores at the first sweep and the second; the third and fourth find them free.
     loads = iter([1.9, 1.9, 0.1])
     monkeypatch.setattr(probe_module, "busy_cores", lambda: next(loads))
@@ -380,7 +381,7 @@ def test_speeds_measured_under_load_are_warned_about_and_measured_again_once_the
 
 
 def test_busy_cores_is_the_busy_share_of_cpu_time_times_the_cores():
-    from finesweep.search.probe.device import busy_cores, contended
+    from finesweep.search.probe.cores import busy_cores, contended
 
     # cores, then user nice system idle iowait: 50 + 50 busy jiffies and 50 idle over the window, on 2 cores
     stats = iter([[2, 100, 0, 50, 800, 50], [2, 150, 0, 100, 840, 60]])

@@ -34,28 +34,32 @@ def tiny_experiment(tmp_path_factory):
     import ray
     from ray import tune
 
-    from finesweep.search.tuning.ray_cluster import start_ray, tune_environment
+    from finesweep.search.tuning import ray_cluster
 
-    start_ray(None)
-    tune_environment()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ray_cluster, "usable_cores", lambda: 1)  # a job allowed one of the machine's cores
+        ray_cluster.start_ray(None)
+    ray_cluster.tune_environment()
     storage = tmp_path_factory.mktemp("tune")
     try:
         tuner = tune.Tuner(tune.with_resources(_tiny_trainable, {"cpu": 1}),
                            param_space={"model": "m", "effective_batch_size": 4},
                            run_config=tune.RunConfig(name="compat", storage_path=str(storage), verbose=0))
         results = tuner.fit()
-        yield storage / "compat", results, [node["NodeManagerAddress"] for node in ray.nodes()]
+        yield (storage / "compat", results, [node["NodeManagerAddress"] for node in ray.nodes()],
+               ray.cluster_resources().get("CPU"))
     finally:
         ray.shutdown()
 
 
-def test_a_local_ray_node_binds_loopback(tiny_experiment):
-    _, _, addresses = tiny_experiment
+def test_a_local_ray_node_binds_loopback_with_the_cores_the_plan_counted(tiny_experiment):
+    _, _, addresses, cpus = tiny_experiment
     assert addresses == ["127.0.0.1"], f"ray.init(**local_node_on_loopback()) no longer binds loopback {CHECKED}"
+    assert cpus == 1  # cores.usable_cores, not the machine's count that Ray takes by default
 
 
 def test_saved_trials_reads_tunes_experiment_state(tiny_experiment):
-    experiment, results, _ = tiny_experiment
+    experiment, results, _, _ = tiny_experiment
     saved = ray_compat.saved_trials(experiment)
     assert len(saved) == 1, f"Tune's experiment_state JSON changed shape {CHECKED}"
     trial, result = saved[0], results[0]
@@ -66,7 +70,7 @@ def test_saved_trials_reads_tunes_experiment_state(tiny_experiment):
 
 
 def test_tunes_saved_state_files_are_found_by_kind_and_read_as_whole(tiny_experiment):
-    experiment, _, _ = tiny_experiment
+    experiment, _, _, _ = tiny_experiment
     kinds = ray_compat.state_files(experiment)
     assert {"experiment_state", "basic-variant-state"} <= set(kinds), f"Tune's state files were renamed {CHECKED}"
     assert all(ray_compat.is_whole_state_file(path) for files in kinds.values() for path in files), (
@@ -76,7 +80,7 @@ def test_tunes_saved_state_files_are_found_by_kind_and_read_as_whole(tiny_experi
 def test_a_results_dataframe_holds_every_evaluation_the_continuations_model_choice_reads(tiny_experiment):
     from finesweep.search.tuning.exploit import histories
 
-    _, results, _ = tiny_experiment
+    _, results, _, _ = tiny_experiment
     [history] = histories(results, "eval_accuracy")
     assert (history.model, history.evaluations) == ("m", ((4, 0.25), (8, 0.5))), \
         f"Result.metrics_dataframe no longer holds each reported row {CHECKED}"
@@ -84,7 +88,7 @@ def test_a_results_dataframe_holds_every_evaluation_the_continuations_model_choi
 
 
 def test_tune_report_callbacks_queue_is_reachable_inside_a_trial(tiny_experiment):
-    _, results, _ = tiny_experiment
+    _, results, _, _ = tiny_experiment
     assert results[0].metrics["queue_ok"] is True, f"TuneReportCallback's item queue moved {CHECKED}"
 
 

@@ -1,4 +1,5 @@
-"""Other work on the machine as the trials start: what it keeps busy, leaving out the sweep's own processes."""
+"""The CPU cores a sweep may use (affinity, cgroup quota), and the other work that keeps them busy, leaving out the
+sweep's own processes."""
 
 from __future__ import annotations
 
@@ -10,8 +11,45 @@ import sys
 
 import pytest
 
-from finesweep.search.probe.device import (contended, other_work_cores, other_work_warning, tree_ticks,
-                                           warn_of_other_work)
+from finesweep.search.probe import cores
+from finesweep.search.probe.cores import (_proc_stat, cgroup_cpu_quota, contended, other_work_cores, other_work_warning,
+                                          tree_ticks, usable_cores, warn_of_other_work)
+
+
+def _files(root, files: dict[str, str]):
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_a_cgroup_v2_quota_of_an_ancestor_caps_the_cores_of_a_job_allowed_sixteen(tmp_path, monkeypatch):
+    proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
+    _files(proc, {"self/cgroup": "0::/job/step\n"})
+    _files(cgroup, {"job/cpu.max": "400000 100000\n", "job/step/cpu.max": "max 100000\n"})
+    monkeypatch.setattr(cores, "allowed_cpus", lambda: set(range(16)))
+    assert cgroup_cpu_quota(proc, cgroup) == 4.0
+    assert usable_cores(proc, cgroup) == 4
+
+
+def test_a_cgroup_v1_quota_seen_from_inside_a_container_rounds_down_as_ray_does(tmp_path, monkeypatch):
+    proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
+    # The container's own cgroup is its mount's root: the host's path it is listed under does not exist there.
+    _files(proc, {"self/cgroup": "4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n"})
+    _files(cgroup, {"cpu,cpuacct/cpu.cfs_quota_us": "150000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"})
+    monkeypatch.setattr(cores, "allowed_cpus", lambda: set(range(64)))
+    assert cgroup_cpu_quota(proc, cgroup) == 1.5
+    assert usable_cores(proc, cgroup) == 1
+    (cgroup / "cpu,cpuacct/cpu.cfs_quota_us").write_text("-1\n")  # no quota: the allowed CPUs
+    assert cgroup_cpu_quota(proc, cgroup) is None and usable_cores(proc, cgroup) == 64
+    assert cgroup_cpu_quota(tmp_path / "nowhere", cgroup) is None  # not Linux: no quota read
+
+
+def test_cpu_time_is_counted_over_the_cpus_the_process_may_run_on(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  40 0 4 40 0\ncpu0 10 0 1 10 0\ncpu1 10 0 1 10 0\ncpu2 10 0 1 10 0\ncpu3 10 0 1 10 0\n"
+                    "intr 1 2 3\n")
+    assert _proc_stat(stat, allowed={0, 2}) == [2, 20, 0, 2, 20, 0]
+    assert _proc_stat(stat, allowed={7}) is None
 
 
 def test_other_work_is_the_busy_cpu_time_less_this_process_trees():
@@ -76,18 +114,20 @@ def test_a_busy_process_the_sweep_did_not_start_is_warned_about(caplog):
         os.kill(busy_pid, signal.SIGTERM)
     assert busy > 0.5
     warning = caplog.text
-    assert f"other work keeps {busy:.1f} of this machine's" in warning
+    assert f"other work keeps {busy:.1f} of the" in warning
     assert "RAY_worker_niceness=0" in warning and "Stop the other work" in warning
 
 
 def test_the_warning_says_what_the_trials_priority_means_and_stays_silent_on_free_cores():
-    assert other_work_warning(0.4, cores=2, niceness=None) == ""  # under half a core: Ray's and the driver's flicker
-    assert other_work_warning(None, cores=2, niceness=None) == ""  # no /proc: nothing measured
-    low_priority = other_work_warning(1.3, cores=2, niceness=None)
-    assert "1.3 of this machine's 2 CPU cores" in low_priority and "low priority" in low_priority
+    assert other_work_warning(0.4, cores=2, threads=2, niceness=None) == ""  # under half a core: Ray's flicker
+    assert other_work_warning(None, cores=2, threads=2, niceness=None) == ""  # no /proc: nothing measured
+    low_priority = other_work_warning(1.3, cores=2, threads=2, niceness=None)
+    assert "1.3 of the 2 CPU cores this sweep may use" in low_priority and "low priority" in low_priority
     assert "start the sweep with RAY_worker_niceness=0" in low_priority
-    equal_terms = other_work_warning(1.3, cores=2, niceness="0")
+    equal_terms = other_work_warning(1.3, cores=2, threads=2, niceness="0")
     assert "share those cores with it (RAY_worker_niceness=0)" in equal_terms
     assert "start the sweep with" not in equal_terms
-    assert "start the sweep with" in other_work_warning(1.3, cores=2, niceness="5")
-    assert contended(1.3, threads=2, cores=2)
+    assert "start the sweep with" in other_work_warning(1.3, cores=2, threads=2, niceness="5")
+    # A container's quota of 8 cores on a 64-CPU machine that other tenants keep half busy: free cores enough
+    assert other_work_warning(32.0, cores=64, threads=8, niceness=None) == ""
+    assert contended(1.3, threads=2, cores=2) and not contended(32.0, threads=8, cores=64)
