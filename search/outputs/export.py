@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 from finesweep.search.outputs.card import FULL, UNTUNED, model_card
 from finesweep.search.outputs.card_loading import ADAPTER, variant_folder
 from finesweep.search.outputs.variants import not_made_paragraph, quantized_methods
+from finesweep.search.probe.cores import cap_torch_threads
 from finesweep.search.probe.export_time import REFERENCES
 from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.deploy import CPU_PREFIX, PRIMARY, TIMINGS, deploy_choices, metric_loss, with_speedups
@@ -91,6 +92,7 @@ def export_best(
     split has no ClassLabel feature (the base model's head is rebuilt from them before the adapter is merged).
     """
     task = Task(config.data.task)
+    cap_torch_threads()  # every variant measured with the cores the plan's estimate counted
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     full_dir = _fresh(out_dir / "model")

@@ -43,6 +43,17 @@ def usable_cores(proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> int:
     return max(1, min(cores, math.floor(quota))) if quota is not None else cores
 
 
+def cap_torch_threads() -> int:
+    """Cap this process's torch threads at usable_cores (and return them): torch starts one per CPU its affinity
+    allows, so under a cgroup quota of fewer cores the extra threads queue for the quota's time; the export's ONNX
+    Runtime and llama.cpp sessions take torch's count."""
+    import torch
+
+    threads = min(torch.get_num_threads(), usable_cores())
+    torch.set_num_threads(threads)
+    return threads
+
+
 def cgroup_cpu_quota(proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> float | None:
     """The tightest CPU quota, in cores, of this process's cgroup and its ancestors: cgroup v2's cpu.max ("max" or
     "QUOTA PERIOD"), v1's cpu.cfs_quota_us over cpu.cfs_period_us (-1: none). None where no quota is set or there are

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from finesweep.search.probe import cores
-from finesweep.search.probe.cores import (_proc_stat, cgroup_cpu_quota, contended, other_work_cores, other_work_warning,
-                                          tree_ticks, usable_cores, warn_of_other_work)
+from finesweep.search.probe.cores import (_proc_stat, cap_torch_threads, cgroup_cpu_quota, contended, other_work_cores,
+                                          other_work_warning, tree_ticks, usable_cores, warn_of_other_work)
 
 
 def _files(root, files: dict[str, str]):
@@ -42,6 +42,19 @@ def test_a_cgroup_v1_quota_seen_from_inside_a_container_rounds_down_as_ray_does(
     (cgroup / "cpu,cpuacct/cpu.cfs_quota_us").write_text("-1\n")  # no quota: the allowed CPUs
     assert cgroup_cpu_quota(proc, cgroup) is None and usable_cores(proc, cgroup) == 64
     assert cgroup_cpu_quota(tmp_path / "nowhere", cgroup) is None  # not Linux: no quota read
+
+
+def test_torch_threads_are_capped_at_the_usable_cores_never_raised(monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(cores, "usable_cores", lambda: 1)  # a quota of one core
+        assert cap_torch_threads() == 1 and torch.get_num_threads() == 1
+        monkeypatch.setattr(cores, "usable_cores", lambda: 64)  # more cores than torch's threads: left as they are
+        assert cap_torch_threads() == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_cpu_time_is_counted_over_the_cpus_the_process_may_run_on(tmp_path):
