@@ -190,7 +190,8 @@ def plan(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
         from finesweep.search import inputs, measure
         from finesweep.search.outputs.console import Console
 
-        measured = measure.measure_inputs(config, inputs.sweep_folder(config), Console(), measure.process_started())
+        measured = measure.measure_inputs(config, inputs.sweep_folder(config), Console(), measure.process_started(),
+                                          address=address)
         if measure.plan_trials(measured, address)[1] is None:
             typer.secho("no plan: the probe measured no combination that trains", fg=typer.colors.RED, err=True)
             raise typer.Exit(1)

@@ -118,16 +118,20 @@ class Measured:
 
 
 def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, started: float | None = None,
-                   recorded_probes: dict[str, dict[str, Any]] | None = None) -> Measured:
+                   recorded_probes: dict[str, dict[str, Any]] | None = None, address: str | None = None) -> Measured:
     """The checks that need no data, the data prepared and the probe run (both cached by content), the space
     steered by the probe's speeds. `started`: when the process started (time.time()'s clock); the clock's total counts
     from it (search.time_limit bounds the whole command). `recorded_probes`: the answers a resumed sweep started with
-    (sweep-state.json), used instead of the probe (see recorded_answers)."""
+    (sweep-state.json), used instead of the probe (see recorded_answers). `address`: the Ray cluster the trials will
+    run on (None: a local Ray, whose CPUs bound a trial's)."""
     clock = PhaseClock(started=time.perf_counter() - (time.time() - started)) if started else PhaseClock()
     check_backends(config)
     check_gguf(config)
     device = resolve_device(use_gpu=config.resources.gpus_per_trial != 0)
     check_deepspeed(config.resources.deepspeed_stage, device)
+    cpus_note = ""
+    if address is None:  # before the probe, which times a trial's threads
+        config, cpus_note = sharing.fit_trial_cpus(config, usable_cores())
     for candidate in config.models:  # after the checks of the file alone: this one reads the models' configs
         check_pooling(candidate, config.trust_remote_code)
     folder.root.mkdir(parents=True, exist_ok=True)
@@ -138,6 +142,8 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
     if len(methods) < len(config.space.method):
         config = config.model_copy(update={"space": config.space.model_copy(update={"method": [Method(m) for m in methods]})})
     console.header(config, device, folder.root)
+    if cpus_note:
+        console.warn(cpus_note)
     # The probe's process imports torch on the other core while the data is read: 5 s of every first sweep.
     worker = probe_worker(config, device)
     if recorded_probes is None:

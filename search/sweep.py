@@ -75,11 +75,12 @@ class Session(Measured):
 
 
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console,
-          started: float | None = None, recorded_probes: dict[str, dict[str, Any]] | None = None) -> Session:
+          started: float | None = None, recorded_probes: dict[str, dict[str, Any]] | None = None,
+          address: str | None = None) -> Session:
     """Data (cached by content, so a resume does not prepare it again), the probe's answers (a resume reads those
     the sweep started with) and the tracking store."""
     # From its checks on, the sweep logs to its file.
-    inputs = measure_inputs(config, folder, console, started, recorded_probes)
+    inputs = measure_inputs(config, folder, console, started, recorded_probes, address)
     tracker = Tracker(tracking_uri or inputs.config.tracking.uri or default_tracking_uri(folder.root),
                       folder.root / SPOOL_FOLDER)
     return Session(**vars(inputs), tracker=tracker)
@@ -89,7 +90,7 @@ def run(config: SweepConfig, *, address: str | None = None, tracking_uri: str | 
         console: Console | None = None, started: float | None = None) -> dict[str, Any]:
     """Run the whole sweep; returns the summary that is also written to <sweep>/summary.json. `started`: when the
     process started (time.time()'s clock: measure.process_started), from which search.time_limit counts."""
-    session = _open(config, sweep_folder(config), tracking_uri, console or Console(), started)
+    session = _open(config, sweep_folder(config), tracking_uri, console or Console(), started, address=address)
     session.config, session.plan = plan_trials(session, address)
     session.experiment_id, session.parent = start_parent_run(session.config, session.folder, session.tracker,
                                                              session.device)
@@ -112,7 +113,7 @@ def resume(sweep_dir: Path, *, address: str | None = None, console: Console | No
     config = SweepConfig.model_validate(state["config"])
     # A sweep started before the probe's answers were saved in its state (2026-11-28) is probed again.
     session = _open(config, SweepFolder(Path(state["root"])), state["tracking_uri"], console or Console(),
-                    recorded_probes=state.get("probes"))
+                    recorded_probes=state.get("probes"), address=address)
     session.experiment_id, session.parent = state["experiment_id"], state["parent_run_id"]
     session.plan = state.get("plan")  # the saved config is already the planned one: planning again would change it
     session.tracker.reopen(session.parent)

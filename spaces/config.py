@@ -121,7 +121,7 @@ class ModelCandidate(Section):
 class ResourcesConfig(Section):
     """What each trial and the probe may use."""
 
-    cpus_per_trial: float = Field(2, gt=0, description="CPU cores reserved for one trial.")
+    cpus_per_trial: float = Field(2, gt=0, description="CPU cores reserved for one trial (per worker). On a local Ray, at most the cores the sweep may use (its CPU affinity, within a cgroup quota): lowered, with a warning, where a trial would ask for more.")
     gpus_per_trial: float | None = Field(None, ge=0, description="GPUs for one trial (fractions share a GPU; Ray accounts for them). Unset: none without CUDA; with CUDA, a share of one GPU sized by the probe's peak memory (as many trials per GPU as fit with the probe's margin), or whole GPUs round-robin when each trial needs one. 0 trains on the CPU even where CUDA is present.")
     workers_per_trial: int = Field(1, ge=1, description="Data-parallel world size of each trial: above 1, that many Ray Train workers (torch.distributed), each with cpus_per_trial and gpus_per_trial (0 or 1); effective batch = micro x accumulation x workers.")
     deepspeed_stage: Literal[0, 2, 3] = Field(0, description="DeepSpeed ZeRO stage of every trial (2: optimizer state and gradients partitioned over the ranks, 3: parameters too); 0 = off. Needs CUDA and the deepspeed package.")

@@ -16,7 +16,7 @@ from finesweep.search.probe.batch_search import SAFETY_MARGIN
 from finesweep.search.probe.cores import usable_cores
 from finesweep.search.probe.device import Device
 from finesweep.search.probe.table import ProbeResult
-from finesweep.spaces import SweepConfig
+from finesweep.spaces import SweepConfig, SweepFileError
 from finesweep.spaces.config import ResourcesConfig
 
 CUDA_CONTEXT_BYTES = 600 * 2**20  # a process's CUDA context and kernels, outside torch's allocator statistics
@@ -37,6 +37,27 @@ def peak_bytes(probes: dict[str, ProbeResult]) -> int:
 def trials_per_gpu(device: Device, peak: int) -> int:
     """Trials whose peak (with the probe's margin and a CUDA context each) fit in one GPU's memory together."""
     return max(1, int(device.total_memory // (peak * (1 + SAFETY_MARGIN) + CUDA_CONTEXT_BYTES)))
+
+
+def fit_trial_cpus(config: SweepConfig, cores: int) -> tuple[SweepConfig, str]:
+    """On a local Ray of `cores` CPUs (cores.usable_cores): resources.cpus_per_trial lowered where a trial's workers
+    would ask for more, since Ray could place no trial (they would wait, pending, to the budget's end), and the words
+    that say so (empty where it stands). A data-parallel trial with more workers than cores is refused."""
+    resources = config.resources
+    workers, asked = resources.workers_per_trial, resources.cpus_per_trial * resources.workers_per_trial
+    if asked <= cores:
+        return config, ""
+    if workers > cores:
+        raise SweepFileError(
+            f"resources.workers_per_trial: {workers} data-parallel workers need a CPU core each at least, and this "
+            f"sweep may use {cores} (this machine's, within its CPU affinity and cgroup quota). Set "
+            f"resources.workers_per_trial to {cores} or fewer, or run the sweep on a Ray cluster (--address) whose "
+            "nodes have the cores.")
+    fitted = cores // workers
+    note = (f"resources.cpus_per_trial {resources.cpus_per_trial:g} -> {fitted}: a trial would ask for {asked:g} CPU "
+            f"cores and this sweep may use {cores} (this machine's, within its CPU affinity and cgroup quota), so a "
+            f"local Ray could place no trial. Set resources.cpus_per_trial: {fitted} to say so in the file.")
+    return config.model_copy(update={"resources": resources.model_copy(update={"cpus_per_trial": float(fitted)})}), note
 
 
 def core_slots(resources: ResourcesConfig, cores: int) -> int:

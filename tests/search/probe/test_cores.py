@@ -3,8 +3,10 @@ sweep's own processes."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,8 +14,11 @@ import sys
 import pytest
 
 from finesweep.search.probe import cores
+from finesweep.search.tracking.tags import END_STATE_TAG
 from finesweep.search.probe.cores import (_proc_stat, cap_torch_threads, cgroup_cpu_quota, contended, other_work_cores,
                                           other_work_warning, tree_ticks, usable_cores, warn_of_other_work)
+from tests import tiny
+from tests.sweeps import one_model_sweep, store, trial_runs
 
 
 def _files(root, files: dict[str, str]):
@@ -144,3 +149,23 @@ def test_the_warning_says_what_the_trials_priority_means_and_stays_silent_on_fre
     # A container's quota of 8 cores on a 64-CPU machine that other tenants keep half busy: free cores enough
     assert other_work_warning(32.0, cores=64, threads=8, niceness=None) == ""
     assert contended(1.3, threads=2, cores=2) and not contended(32.0, threads=8, cores=64)
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="needs util-linux's taskset")
+def test_a_sweep_allowed_one_cpu_fits_its_trials_to_it_and_finishes(tmp_path):
+    """A job given one CPU of the machine (`taskset -c 0`, as Slurm or a cpuset gives it) with the default
+    cpus_per_trial of 2: the local Ray gets the one core, each trial asks for it, and the sweep ends (with Ray's
+    count of the machine's cores, or a trial's request of 2, no trial could run on the one core)."""
+    sweep = one_model_sweep("onecore", 3, 1, 5, 10, quantization="none").replace("cpus_per_trial: 1, ", "")
+    tiny.classification_folder(tmp_path, sweep, rows=200)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "finesweep.search.cli", "run", "sweep.yaml"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "resources.cpus_per_trial 2 -> 1" in " ".join(result.stdout.split())
+    sweep_dir = tmp_path / "runs" / "onecore"
+    trial, = trial_runs(sweep_dir)
+    client, _ = store(sweep_dir)
+    assert trial.data.tags[END_STATE_TAG] == "completed"
+    assert [m.step for m in client.get_metric_history(trial.info.run_id, "eval_accuracy")] == [5, 10]
+    assert json.loads((sweep_dir / "sweep-state.json").read_text())["config"]["resources"]["cpus_per_trial"] == 1

@@ -9,7 +9,7 @@ from finesweep.search.probe import sharing
 from finesweep.search.probe.batch_search import SAFETY_MARGIN
 from finesweep.search.probe.device import Device
 from finesweep.search.probe.table import ProbeResult
-from finesweep.spaces import SweepConfig
+from finesweep.spaces import SweepConfig, SweepFileError
 
 GiB = 2**30
 H100 = Device("cuda", "NVIDIA H100", 80 * GiB, count=1, fp16=True)
@@ -75,3 +75,15 @@ def test_data_parallel_trials_take_a_whole_gpu_per_rank():
     assert shared(config(workers_per_trial=2), four, {"a": probe(GiB)}, cores=32) == (1.0, 2)
     # The file's whole GPU per rank: 4 GPUs hold 2 two-rank trials, not 4.
     assert shared(config(workers_per_trial=2, gpus_per_trial=1), four, {"a": probe(GiB)}, cores=32) == (1, 2)
+
+
+def test_a_trial_asking_more_cpu_cores_than_the_sweep_may_use_is_fitted_to_them():
+    fitted, note = sharing.fit_trial_cpus(config(cpus_per_trial=2), cores=1)  # the default 2 in a 1-core job
+    assert fitted.resources.cpus_per_trial == 1
+    assert "resources.cpus_per_trial 2 -> 1" in note and "may use 1" in note and "cpus_per_trial: 1" in note
+    kept, note = sharing.fit_trial_cpus(config(cpus_per_trial=2), cores=2)
+    assert kept.resources.cpus_per_trial == 2 and note == ""
+    two_workers, _ = sharing.fit_trial_cpus(config(cpus_per_trial=2, workers_per_trial=2), cores=3)
+    assert two_workers.resources.cpus_per_trial == 1  # 2 workers x 1 core fit in 3
+    with pytest.raises(SweepFileError, match=r"resources.workers_per_trial: 4 data-parallel workers .* may use 2"):
+        sharing.fit_trial_cpus(config(cpus_per_trial=1, workers_per_trial=4), cores=2)
