@@ -56,8 +56,8 @@ def _hardware(device: Device) -> dict[str, Any]:
     `machine_cpus`: the machine's)."""
     import os
 
-    return {**asdict(device), "cpu_cores": usable_cores(), "machine_cpus": os.cpu_count(), "machine": platform.machine(),
-            "system": platform.platform()}
+    return {**asdict(device), "cpu_cores": usable_cores(), "machine_cpus": os.cpu_count(),
+            "machine": platform.machine(), "system": platform.platform()}
 
 
 @dataclass

@@ -37,16 +37,16 @@ def allowed_cpus() -> set[int]:
 def usable_cores(proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> int:
     """The cores this process's work can keep busy: its allowed CPUs, capped by a cgroup CPU quota (a container's
     --cpus, a Kubernetes limit) rounded down as Ray rounds it, at least 1. os.cpu_count() counts the whole machine's
-    CPUs: in a job given 8 cores of 128 it planned 128 single-core trial slots."""
+    CPUs: a job given 8 cores of 128 would plan 128 single-core trial slots by it."""
     cores = len(allowed_cpus())
     quota = cgroup_cpu_quota(proc, cgroup_root)
     return max(1, min(cores, math.floor(quota))) if quota is not None else cores
 
 
 def cap_torch_threads() -> int:
-    """Cap this process's torch threads at usable_cores (and return them): torch starts one per CPU its affinity
-    allows, so under a cgroup quota of fewer cores the extra threads queue for the quota's time; the export's ONNX
-    Runtime and llama.cpp sessions take torch's count."""
+    """Cap this process's torch threads at usable_cores (and return them): torch starts up to one per CPU its
+    affinity allows, so under a cgroup quota of fewer cores the extra threads queue for the quota's time; the
+    export's ONNX Runtime and llama.cpp sessions take torch's count."""
     import torch
 
     threads = min(torch.get_num_threads(), usable_cores())
@@ -64,7 +64,7 @@ def cgroup_cpu_quota(proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> floa
         return None
     quotas = []
     for line in memberships:
-        _, controllers, path = line.split(":", 2)
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]  # hierarchy-ID:controllers:path (cgroups(7))
         if controllers == "":  # cgroup v2's unified hierarchy
             quotas += [_v2_quota(folder) for folder in _up_to_root(cgroup_root, path)]
         elif "cpu" in controllers.split(","):
@@ -99,7 +99,8 @@ def _v1_quota(folder: Path) -> float | None:
     return quota / period if quota > 0 and period > 0 else None
 
 
-def busy_cores(window: float = BUSY_WINDOW_SECONDS, read_stat: Callable[[], list[int] | None] | None = None) -> float | None:
+def busy_cores(window: float = BUSY_WINDOW_SECONDS,
+               read_stat: Callable[[], list[int] | None] | None = None) -> float | None:
     """How many of this process's allowed CPUs are busy right now: the busy share of their /proc/stat time over
     `window` seconds, times their number. None where there is no /proc/stat (not Linux)."""
     return other_work_cores(window, read_stat, read_own_ticks=lambda: 0)
