@@ -14,9 +14,9 @@ import sys
 import pytest
 
 from finesweep.search.probe import cores
-from finesweep.search.tracking.tags import END_STATE_TAG
 from finesweep.search.probe.cores import (_proc_stat, cap_torch_threads, cgroup_cpu_quota, contended, other_work_cores,
                                           other_work_warning, tree_ticks, usable_cores, warn_of_other_work)
+from finesweep.search.tracking.tags import END_STATE_TAG
 from tests import tiny
 from tests.sweeps import one_model_sweep, store, trial_runs
 
