@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import platform
+import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -102,9 +103,16 @@ def run(config: SweepConfig, *, address: str | None = None, tracking_uri: str | 
         session.tracker.log_json(session.parent, obj, name)
     if session.data.prepared.length_plot:
         session.tracker.log_file(session.parent, session.data.prepared.length_plot, "data")
-    tune_experiment = f"tune-{time.strftime('%Y%m%d-%H%M%S')}"
+    tune_experiment = tune_experiment_name()
     _save_state(session, tune_experiment)
     return _search_and_export(session, address, tune_experiment, resume=False)
+
+
+def tune_experiment_name() -> str:
+    """Its start time, to read, and a random suffix: the name also finds the trials' scratch folders in Ray's session
+    folder at the sweep's end (scratch.remove_scratch_left_here), which sweeps on one Ray cluster share; two started
+    in the same second (a script that launches several) would otherwise clear each other's."""
+    return f"tune-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
 def resume(sweep_dir: Path, *, address: str | None = None, console: Console | None = None) -> dict[str, Any]:
