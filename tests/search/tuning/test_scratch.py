@@ -4,6 +4,7 @@ checkpoint, which Ray would keep until reboot) is removed by the driver once Tun
 from __future__ import annotations
 
 import shutil
+from types import SimpleNamespace
 
 
 def test_the_driver_removes_its_sweeps_scratch_folders_and_no_other_sweeps(monkeypatch):
@@ -19,7 +20,8 @@ def test_the_driver_removes_its_sweeps_scratch_folders_and_no_other_sweeps(monke
     start_ray(None)
     run = train_session_dir() / "2026-11-22_10-00-00"
     try:
-        monkeypatch.setattr(sweep.time, "strftime", lambda _: "20261202-073553")  # the same second for both
+        # The same second for both (the sweep module's clock only: logging's keeps the real one).
+        monkeypatch.setattr(sweep, "time", SimpleNamespace(strftime=lambda _: "20261202-073553"))
         names = [sweep.tune_experiment_name() for _ in range(2)]
         assert names[0] != names[1] and names[0].startswith("tune-20261202-073553-")
         mine, other = (run / experiment / "working_dirs" / "trial-a" for experiment in names)
