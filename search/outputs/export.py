@@ -27,8 +27,8 @@ from finesweep.spaces import SweepConfig, Task
 from finesweep.spaces.files import write_json_atomic
 from finesweep.trainer.data.chat import resolve_template
 from finesweep.trainer.models import load_checkpoint, load_model, with_pad_token
-from finesweep.trainer.serving.evaluate import (evaluate, folder_size_bytes, layer_bytes, model_device, saved_tensors,
-                                                serving_speed)
+from finesweep.trainer.serving.evaluate import (RowScores, evaluate, evaluate_rows, folder_size_bytes, layer_bytes,
+                                                model_device, saved_tensors, serving_speed)
 from finesweep.trainer.serving.generate import decode_speed, score_generation
 from finesweep.trainer.serving.loader import load_exported
 from finesweep.trainer.serving.quantize import linear_layer_names, quantize
@@ -108,17 +108,17 @@ def export_best(
         else:  # a re-export of a full fine-tune keeps no stale adapter
             shutil.rmtree(out_dir / ADAPTER, ignore_errors=True)
         layers = linear_layer_names(full_dir, task)
-        metrics[FULL], answers[FULL] = _measure(full_dir, task, test_split, collate, layers, samples)
+        metrics[FULL], answers[FULL], full_rows = _measure(full_dir, task, test_split, collate, layers, samples)
     with _timed(seconds, REFERENCES):
-        against, untuned_answers = _against_baseline(config, baseline, best, metrics[FULL], test_split, collate,
-                                                     label_names, samples, full_dir) if baseline else ({}, [])
+        against, untuned_answers = _against_baseline(config, baseline, best, (metrics[FULL], full_rows), test_split,
+                                                     collate, label_names, samples, full_dir) if baseline else ({}, [])
     not_made = {}
     for method in quantized_methods(config):
         try:
             with _timed(seconds, method.value):
                 folder = quantize(full_dir, method, _fresh(out_dir / f"model-{method.value}"), task)
-                metrics[method.value], answers[method.value] = _measure(folder, task, test_split, collate, layers,
-                                                                        samples)
+                metrics[method.value], answers[method.value], _ = _measure(folder, task, test_split, collate,
+                                                                           layers, samples)
         except Exception as error:  # noqa: BLE001 - an exporter that cannot trace this architecture, say: the
             # full model and the other variants are still exported, and the card says what is missing and why
             not_made[method.value] = f"{type(error).__name__}: {error}".splitlines()[0][:300]
@@ -147,23 +147,27 @@ def export_best(
                         deploy=deploy, not_made=not_made, baseline=against, seconds=seconds)
 
 
-def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: dict[str, float], test_split: Any,
-                      collate: Callable, label_names: list[str] | None, samples: int,
+def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: tuple[dict[str, float], RowScores],
+                      test_split: Any, collate: Callable, label_names: list[str] | None, samples: int,
                       tokenizer_dir: Path) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """The baseline trial's best checkpoint saved as the full model is (LoRA merged) and evaluated on the test split
     by the same code, with greedy answers to the same `samples` test prompts (a causal LM); the winner's own numbers
-    where the baseline won. A causal LM's untuned base model too, its answers decoded by `tokenizer_dir`'s tokenizer
-    (the export's). Returns the comparison and the untuned model's answers (none for a classifier)."""
+    where the baseline won. `winner`: the full model's test metrics and RowScores, the gain's interval paired with the
+    baseline's rows. A causal LM's untuned base model too, its answers decoded by `tokenizer_dir`'s tokenizer (the
+    export's). Returns the comparison and the untuned model's answers (none for a classifier)."""
     task = Task(config.data.task)
+    winner_metrics, winner_rows = winner
+    rows = None
     if baseline["trial_id"] == best["trial_id"] and int(baseline["step"]) == int(best["step"]):
-        measured = winner
+        measured = winner_metrics
     else:
         checkpoint = Path(baseline["checkpoint_dir"])
         with tempfile.TemporaryDirectory(prefix="finesweep-baseline-") as scratch:
             _save_full(config, checkpoint, checkpoint, baseline, Path(scratch),
                        label_names or _split_labels(test_split))
             model = load_checkpoint(scratch, task, trust_remote_code=config.trust_remote_code)
-            measured = evaluate(model, test_split, collate, task)
+            measured, baseline_rows = evaluate_rows(model, test_split, collate, task)
+            rows = (winner_rows, baseline_rows)
             if samples:
                 _generate(model, Path(scratch), test_split, samples, measured)
             del model
@@ -171,7 +175,8 @@ def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: d
     untuned, untuned_answers = None, []
     if task == Task.causal_lm:
         untuned, untuned_answers = _untuned_base(config, best, test_split, collate, samples, tokenizer_dir)
-    return baseline_comparison.compare(task, winner, measured, best, baseline, untuned), untuned_answers
+    comparison = baseline_comparison.compare(task, winner_metrics, measured, best, baseline, untuned, rows, config.seed)
+    return comparison, untuned_answers
 
 
 def _untuned_base(config: SweepConfig, best: dict, test_split: Any, collate: Callable, samples: int,
@@ -291,16 +296,17 @@ def _tokenizer(source: Path, trust_remote_code: bool) -> Any:
 
 
 def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layers: list[str],
-             samples: int = 0) -> tuple[dict[str, float], list[dict[str, str]]]:
+             samples: int = 0) -> tuple[dict[str, float], list[dict[str, str]], RowScores]:
     """Test metrics, size on disk (whole model and its linear `layers`, which quantization shrinks while the
     embeddings stay as they are), serving speed at batch 1 and 32 of the model saved in `folder`, loaded as a user
-    would; with `samples`, also its greedy answers to that many test prompts and their scores (gen_*)."""
+    would; with `samples`, also its greedy answers to that many test prompts and their scores (gen_*); and each test
+    row's part in the primary metric (RowScores)."""
     import torch
 
     # Every variant on the GPU where there is one (same device keeps the latencies comparable): torchao's stay on the
     # CPU unless asked, bitsandbytes' go to the GPU by themselves; an ONNX Runtime session runs on the CPU.
     model = load_exported(folder, task, **({"device_map": "cuda"} if torch.cuda.is_available() else {}))
-    metrics = evaluate(model, test_split, collate, task)
+    metrics, rows = evaluate_rows(model, test_split, collate, task)
     metrics.update(_timings(model, task, test_split, collate))
     if torch.cuda.is_available():  # a model tuned on a GPU is often served on CPUs: time every variant there too
         metrics.update(cpu_timings(folder, task, test_split, collate, metrics if model_device(model).type == "cpu" else None))
@@ -310,7 +316,7 @@ def _measure(folder: Path, task: Task, test_split: Any, collate: Callable, layer
     examples = _generate(model, folder, test_split, samples, metrics) if samples else []
     del model
     gc.collect()
-    return metrics, examples
+    return metrics, examples, rows
 
 
 def _timings(model: Any, task: Task, test_split: Any, collate: Callable) -> dict[str, float]:

@@ -61,12 +61,15 @@ def record_deploy(tracker: Tracker, parent: str, deploy: dict[str, Any], console
 
 
 def _record_baseline(tracker: Tracker, parent: str, baseline: dict[str, Any], console: Console) -> None:
-    """The baseline on the parent run (baseline_test_* and baseline_<validation metric> metrics, the gain, a causal
-    LM's untuned_test_*, equal_samples_{tuned,baseline}_<validation metric>, the trial's tag) and the comparison on
-    the console."""
+    """The baseline on the parent run (baseline_test_* and baseline_<validation metric> metrics, the gain and its
+    interval's ends (_low, _high), a causal LM's untuned_test_*, equal_samples_{tuned,baseline}_<validation metric>,
+    the trial's tag) and the comparison on the console."""
     metrics = {f"baseline_test_{name}": value for name, value in baseline["test"].items()}
     metrics.update({f"baseline_{name}": value for name, value in baseline["validation"].items()})
-    metrics[f"gain_over_baseline_{baseline['metric']}"] = baseline["gain"]
+    gain = f"gain_over_baseline_{baseline['metric']}"
+    metrics[gain] = baseline["gain"]
+    if interval := baseline.get("gain_interval"):  # the gain's 95% interval over the test rows (paired bootstrap)
+        metrics[f"{gain}_low"], metrics[f"{gain}_high"] = interval
     metrics.update({f"untuned_test_{name}": value for name, value in (baseline.get("untuned_test") or {}).items()})
     if paired := baseline.get("equal_samples"):  # both trials at equal training samples, on validation
         validation = next(iter(baseline["validation"]))

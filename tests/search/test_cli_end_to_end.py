@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -172,6 +173,17 @@ def test_the_baseline_trains_first_unstopped_and_every_output_says_how_the_winne
     parent = client.get_run(state["parent_run_id"]).data
     assert parent.metrics["baseline_test_accuracy"] == baseline["test"]["accuracy"]
     assert parent.metrics["gain_over_baseline_accuracy"] == baseline["gain"]
+    # The gain's interval (a paired bootstrap over the test rows), where the export is another checkpoint than the
+    # baseline's; on the parent run too.
+    if (summary["best"]["trial_id"], summary["best"]["step"]) == (baseline["trial_id"], baseline["step"]):
+        assert baseline["gain_interval"] is None and "gain_over_baseline_accuracy_low" not in parent.metrics
+    else:
+        low, high = baseline["gain_interval"]
+        assert low <= baseline["gain"] <= high and "95% interval" in baseline["sentence"]
+        test_rows = re.search(r"splits: train \d+, validation \d+, test (\d+)", result.stdout)
+        assert baseline["test_rows"] == int(test_rows.group(1)), "every row of the test split, once"
+        assert (parent.metrics["gain_over_baseline_accuracy_low"], parent.metrics["gain_over_baseline_accuracy_high"]) \
+            == (low, high)
     assert parent.tags["finesweep.baseline_trial"] == baseline["trial_id"]
     card = (sweep_dir / "export" / "README.md").read_text()
     assert "## Against the baseline" in card and baseline["sentence"][1:] in card

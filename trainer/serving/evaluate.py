@@ -7,6 +7,7 @@ import math
 import statistics
 import struct
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -24,19 +25,37 @@ IGNORE_INDEX = -100
 WARM_UP_ROWS = 2  # the untimed rows before a test pass (see _warm_up)
 
 
+@dataclass(frozen=True)
+class RowScores:
+    """What each row of a split contributed to the primary metric, in the split's own order: two models measured on
+    the same rows are compared row by row (search/selection/baseline.py::gain_interval). The metric is
+    sum(values) / sum(weights): a classifier's accuracy (values 1 where its prediction is right, weights 1), a causal
+    LM's mean response-token loss, whose exp is the perplexity (values the row's summed loss, weights its tokens)."""
+
+    values: np.ndarray
+    weights: np.ndarray
+
+
 def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batch_size: int = 32) -> dict[str, float]:
     """Metrics of `model` on `dataset` (rows of input_ids, attention_mask, labels), plus latency per sample: the
     wall time of the pass in batches of `batch_size` (after an untimed warm-up on WARM_UP_ROWS rows) over the rows,
-    taken longest first (longest_first).
+    taken longest first (longest_first_order).
 
     classification: accuracy, f1_macro, loss; causal_lm: loss (mean over response tokens) and perplexity.
     """
+    return evaluate_rows(model, dataset, collate, task, batch_size)[0]
+
+
+def evaluate_rows(model: Any, dataset: "Dataset", collate: Callable, task: Task,
+                  batch_size: int = 32) -> tuple[dict[str, float], RowScores]:
+    """evaluate(), and what each row contributed to the primary metric (RowScores, in `dataset`'s order)."""
     import torch
 
     device = model_device(model)
     model.eval()
     tally = _ClassTally() if Task(task) == Task.classification else _TokenTally()
-    dataset = longest_first(dataset)
+    order = longest_first_order(dataset)
+    dataset = dataset.select(order)
     _warm_up(model, dataset, collate, device)
     start = time.perf_counter()
     with torch.no_grad():
@@ -47,7 +66,14 @@ def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batc
     seconds = time.perf_counter() - start
     metrics = tally.result()
     metrics["latency_ms_per_sample"] = 1000 * seconds / max(len(dataset), 1)
-    return metrics
+    return metrics, _in_split_order(tally.rows(), order)
+
+
+def _in_split_order(rows: RowScores, order: list[int]) -> RowScores:
+    """Rows measured in `order` (the split's row indices) put back in the split's own order."""
+    values, weights = np.empty(len(order)), np.empty(len(order))
+    values[order], weights[order] = rows.values, rows.weights
+    return RowScores(values, weights)
 
 
 # Serving speed: batch 1 over the first SPEED_ROWS rows one at a time, batch 32 over the first SPEED_BATCHES batches;
@@ -159,12 +185,12 @@ def model_device(model: Any) -> "torch.device":
     return torch.device("cpu")
 
 
-def longest_first(dataset: "Dataset") -> "Dataset":
-    """The rows by token length, longest first. Each batch pads to its own longest row: batches of similar lengths
-    pad little (tweets at batch 32 in split order padded to 1.7x their tokens), the metrics are the same in any
+def longest_first_order(dataset: "Dataset") -> list[int]:
+    """The row indices by token length, longest first. Each batch pads to its own longest row: batches of similar
+    lengths pad little (tweets at batch 32 in split order padded to 1.7x their tokens), the metrics are the same in any
     order, and the first batch, the largest, meets an out-of-memory before any time is spent."""
     lengths = [len(ids) for ids in dataset["input_ids"]]
-    return dataset.select(sorted(range(len(lengths)), key=lambda row: -lengths[row]))
+    return sorted(range(len(lengths)), key=lambda row: -lengths[row])
 
 
 def _batches(dataset: "Dataset", collate: Callable, batch_size: int):
@@ -196,6 +222,12 @@ class _ClassTally:
         predicted, labels = np.concatenate(self.predicted), np.concatenate(self.labels)
         return {**accuracy_and_f1(predicted, labels), "loss": self.loss_sum / len(labels)}
 
+    def rows(self) -> RowScores:
+        if not self.labels:
+            return RowScores(np.empty(0), np.empty(0))
+        right = (np.concatenate(self.predicted) == np.concatenate(self.labels)).astype(float)
+        return RowScores(right, np.ones_like(right))
+
 
 class _TokenTally:
     """Token-weighted loss of a causal LM: every response token counts once, however the batches fall."""
@@ -203,8 +235,8 @@ class _TokenTally:
     model_loss = False  # recomputed from the logits: the model's own (a second pass over the vocabulary) is not asked
 
     def __init__(self) -> None:
-        self.loss_sum = 0.0
-        self.tokens = 0
+        self.row_losses: list[np.ndarray] = []
+        self.row_tokens: list[np.ndarray] = []
 
     def add(self, output: Any, labels: "torch.Tensor") -> None:
         import torch
@@ -212,11 +244,19 @@ class _TokenTally:
         # Recompute from the logits: the model's loss is a mean per batch, and batches hold different token counts.
         logits = output.logits[:, :-1, :].float()
         targets = labels[:, 1:]
-        self.loss_sum += float(torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
-        ))
-        self.tokens += int((targets != IGNORE_INDEX).sum())
+        token_losses = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="none"
+        ).reshape(targets.shape)  # 0 at ignored positions
+        self.row_losses.append(token_losses.sum(dim=1).double().cpu().numpy())
+        self.row_tokens.append((targets != IGNORE_INDEX).sum(dim=1).cpu().numpy().astype(float))
+
+    def rows(self) -> RowScores:
+        if not self.row_losses:
+            return RowScores(np.empty(0), np.empty(0))
+        return RowScores(np.concatenate(self.row_losses), np.concatenate(self.row_tokens))
 
     def result(self) -> dict[str, float]:
-        loss = self.loss_sum / self.tokens if self.tokens else math.nan
-        return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)) if self.tokens else math.nan}
+        rows = self.rows()
+        tokens = rows.weights.sum()
+        loss = float(rows.values.sum() / tokens) if tokens else math.nan
+        return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)) if tokens else math.nan}

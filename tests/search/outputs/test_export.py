@@ -241,6 +241,11 @@ def test_a_causal_lms_baseline_and_untuned_base_answer_the_prompts_the_export_an
     assert against["untuned_test"] == against["test"], "the same weights, the same code"
     assert against["winner_test"]["gen_rouge_l"] == result.metrics["full"]["gen_rouge_l"]
     assert against["winner_test"]["perplexity"] != against["test"]["perplexity"]
+    # The gain's interval from the two checkpoints' rows of the same test split (a paired bootstrap), in the sentence
+    # and so in the card.
+    low, high = against["gain_interval"]
+    assert against["test_rows"] == 12 and low < high and low <= against["gain"] <= high
+    assert f"{against['gain']:+.2f} %; 95% interval {low:+.2f} to {high:+.2f} over 12 test rows" in against["sentence"]
     assert (f"the ROUGE-L of its greedy answers {against['untuned_test']['gen_rouge_l']:.3f} against the export's "
             f"{against['winner_test']['gen_rouge_l']:.3f}") in against["sentence"]
     card = (tmp_path / "out" / "README.md").read_text()

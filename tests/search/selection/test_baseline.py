@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import yaml
 
-from finesweep.search.selection.baseline import compare, export_name, origin
+from finesweep.search.selection.baseline import compare, export_name, gain_interval, origin
 from finesweep.search.selection.best import BEST_SO_FAR
 from finesweep.search.tuning.context import baseline_length
 from finesweep.search.tuning.ray_compat import optuna_study_of
@@ -17,6 +18,7 @@ from finesweep.search.tuning.samplers import BaselineKeepingASHA, make_searcher
 from finesweep.spaces import SweepConfig, SweepFileError, Task
 from finesweep.spaces import load
 from finesweep.spaces.space import BASELINE_KEY, baseline_point
+from finesweep.trainer.serving.evaluate import RowScores
 
 MINIMAL = {"name": "s", "data": {"path": "data.csv"}, "models": [{"name": "m", "path": "model"},
                                                                   {"name": "n", "path": "model"}]}
@@ -182,6 +184,67 @@ def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_
                   {**base, "step": 172, "params": {"effective_batch_size": 8},
                    "equal_samples": {**even, "tuned_leads": True}})
     assert led["sentence"] == split["sentence"], "a summary written before tuned_leads reads as one where it led"
+
+
+def _right_rows(both: int, tuned_only: int, baseline_only: int, neither: int) -> tuple[RowScores, RowScores]:
+    """Two classifiers' RowScores on the same test rows: right on both, on one of them alone, or on neither."""
+    tuned = np.repeat([1.0, 1.0, 0.0, 0.0], [both, tuned_only, baseline_only, neither])
+    baseline = np.repeat([1.0, 0.0, 1.0, 0.0], [both, tuned_only, baseline_only, neither])
+    return RowScores(tuned, np.ones_like(tuned)), RowScores(baseline, np.ones_like(baseline))
+
+
+def test_the_gains_interval_is_a_paired_bootstrap_over_the_test_rows():
+    # 2,000 rows, the two models disagreeing on 180: +1 point, and a pair of models that differ on 180 rows of 2,000
+    # moves by about 1.3 points either way (the normal approximation: 1.96 x the paired differences' standard error).
+    tuned, baseline = _right_rows(1500, 100, 80, 320)
+    low, high = gain_interval(Task.classification, tuned, baseline, seed=1)
+    differences = tuned.values - baseline.values
+    half_width = 100 * 1.96 * differences.std(ddof=1) / math.sqrt(len(differences))
+    assert low < 0 < 1.0 < high
+    assert low == pytest.approx(1.0 - half_width, abs=0.2) and high == pytest.approx(1.0 + half_width, abs=0.2)
+    assert gain_interval(Task.classification, tuned, baseline, seed=1) == (low, high), "the sweep's seed: repeatable"
+    # The same test accuracies with the models agreeing less would be wider: the pairing is what narrows it.
+    apart_low, apart_high = gain_interval(Task.classification, *_right_rows(1200, 400, 380, 20), seed=1)
+    assert apart_high - apart_low > 1.5 * (high - low)  # 780 rows apart against 180: sqrt(780 / 180) = 2.1x
+    # A lead the rows can tell: 200 against 20 rows.
+    clear = gain_interval(Task.classification, *_right_rows(1500, 200, 20, 280), seed=1)
+    assert 0 < clear[0] < 9.0 < clear[1]
+    # A causal LM: perplexity is exp(the token-weighted mean loss), its gain in percent (- is better).
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(5, 40, size=300).astype(float)
+    base_loss = tokens * rng.uniform(2.0, 3.0, size=300)
+    tuned_loss = base_loss * rng.uniform(0.85, 0.95, size=300)
+    lm = gain_interval(Task.causal_lm, RowScores(tuned_loss, tokens), RowScores(base_loss, tokens), seed=1)
+    point = 100 * (math.exp(tuned_loss.sum() / tokens.sum()) / math.exp(base_loss.sum() / tokens.sum()) - 1)
+    assert lm[0] < point < lm[1] < 0
+    one_row = RowScores(np.ones(1), np.ones(1))
+    assert gain_interval(Task.classification, one_row, one_row) is None, "nothing to resample"
+
+
+def test_the_comparison_says_the_gains_interval_and_calls_a_gain_within_it_neither_better_nor_worse():
+    best = {"trial_id": "b", "step": 40, "metric": "eval_accuracy", "value": 0.8}
+    base = {"trial_id": "a", "step": 60, "metric": "eval_accuracy", "value": 0.79, "params": {"learning_rate": 5e-5}}
+    noisy = compare(Task.classification, {"accuracy": 0.8}, {"accuracy": 0.79}, best, base,
+                    rows=_right_rows(1500, 100, 80, 320), seed=1)
+    low, high = noisy["gain_interval"]
+    assert noisy["test_rows"] == 2000 and low < 0 < high
+    assert noisy["sentence"] == (
+        f"tuned vs baseline: test accuracy 0.8 against 0.79 (+1.00 points; 95% interval {low:+.2f} to {high:+.2f} over "
+        "2,000 test rows): the tuned model scored above the baseline recipe by less than the test split can tell apart "
+        "(the interval holds 0: more test rows would tell)")
+    clear = compare(Task.classification, {"accuracy": 0.85}, {"accuracy": 0.76}, best, base,
+                    rows=_right_rows(1500, 200, 20, 280), seed=1)
+    assert clear["gain_interval"][0] > 0 and clear["sentence"].endswith("the tuned model is better than the baseline "
+                                                                        "recipe")
+    # The baseline's own recipe trained further: its checkpoint from the search against the export, with the interval.
+    continued = compare(Task.classification, {"accuracy": 0.85}, {"accuracy": 0.76},
+                        {**best, "trial_id": "c", "exploitation": {"source_trial": "a", "continued": True}}, base,
+                        rows=_right_rows(1500, 200, 20, 280), seed=1)
+    assert continued["baseline_won"] and "+9.00 points; 95% interval +" in continued["sentence"]
+    # No rows (the same checkpoint, or a summary written before the interval): no interval, the sentence as before.
+    plain = compare(Task.classification, {"accuracy": 0.8}, {"accuracy": 0.79}, best, base)
+    assert plain["gain_interval"] is None and plain["sentence"].endswith("(+1.00 points): the tuned model is better "
+                                                                         "than the baseline recipe")
 
 
 def test_a_winner_on_the_edge_of_the_space_is_named_with_the_field_to_widen():

@@ -131,9 +131,10 @@ def test_quantize_none_is_an_error(tiny_causal_lm, tmp_path):
 
 
 def test_evaluate_classification_metrics(classifier_checkpoint, classifier_tokenizer):
+    import torch
     from transformers import AutoModelForSequenceClassification
 
-    from finesweep.trainer.serving.evaluate import evaluate, longest_first
+    from finesweep.trainer.serving.evaluate import evaluate, evaluate_rows, longest_first_order
 
     model = AutoModelForSequenceClassification.from_pretrained(classifier_checkpoint)
     split = classification_split(classifier_tokenizer, 50)
@@ -142,17 +143,25 @@ def test_evaluate_classification_metrics(classifier_checkpoint, classifier_token
     assert metrics["accuracy"] > 0.5  # trained: well above the 1/3 of guessing
     assert 0 <= metrics["f1_macro"] <= 1 and metrics["loss"] > 0 and metrics["latency_ms_per_sample"] > 0
     # Taken longest first (batches of similar lengths pad little): the same metrics as one row at a time.
-    ordered = longest_first(split)
+    ordered = split.select(longest_first_order(split))
     assert [len(ids) for ids in ordered["input_ids"]] == sorted((len(ids) for ids in split["input_ids"]), reverse=True)
     alone = evaluate(model, split, classification_collate(classifier_tokenizer), Task.classification, batch_size=1)
     assert (alone["accuracy"], alone["f1_macro"]) == (metrics["accuracy"], metrics["f1_macro"])
     assert alone["loss"] == pytest.approx(metrics["loss"], rel=1e-4)
+    # Each row's part in the accuracy, back in the split's order (measured longest first): what a paired comparison
+    # of two models on the same rows needs.
+    same, rows = evaluate_rows(model, split, classification_collate(classifier_tokenizer), Task.classification)
+    assert same["accuracy"] == metrics["accuracy"] and rows.values.mean() == pytest.approx(metrics["accuracy"])
+    with torch.no_grad():
+        logits = [model(input_ids=torch.tensor([row["input_ids"]])).logits for row in split]
+    right = [float(int(row_logits.argmax()) == row["labels"]) for row_logits, row in zip(logits, split)]
+    assert rows.values.tolist() == right and rows.weights.tolist() == [1.0] * len(split)
 
 
 def test_evaluate_causal_lm_is_token_weighted(tiny_causal_lm, lm_tokenizer):
     from transformers import AutoModelForCausalLM
 
-    from finesweep.trainer.serving.evaluate import evaluate
+    from finesweep.trainer.serving.evaluate import evaluate, evaluate_rows
 
     model = AutoModelForCausalLM.from_pretrained(tiny_causal_lm)
     split, collate = causal_lm_split(lm_tokenizer, 10), causal_lm_collate(lm_tokenizer)
@@ -161,6 +170,12 @@ def test_evaluate_causal_lm_is_token_weighted(tiny_causal_lm, lm_tokenizer):
     assert set(one) == {"loss", "perplexity", "latency_ms_per_sample"}
     assert many["loss"] == pytest.approx(one["loss"], rel=1e-4)
     assert one["perplexity"] == pytest.approx(math.exp(one["loss"]))
+    # Each row's summed loss and response tokens, in the split's order: alone, a row's loss is their ratio.
+    _, rows = evaluate_rows(model, split, collate, Task.causal_lm, batch_size=3)
+    assert rows.values.sum() / rows.weights.sum() == pytest.approx(one["loss"], rel=1e-4)
+    for index in (0, 4, 9):
+        single = evaluate(model, split.select([index]), collate, Task.causal_lm, batch_size=1)
+        assert rows.values[index] / rows.weights[index] == pytest.approx(single["loss"], rel=1e-4)
 
 
 def test_folder_size_counts_only_safetensors(tmp_path):
