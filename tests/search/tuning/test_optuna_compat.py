@@ -6,7 +6,8 @@ import optuna
 
 from finesweep.search.tuning import optuna_compat
 
-CHECKED = f"(checked on optuna 5.0 and 5.1; installed: optuna {optuna.__version__}): update search/tuning/optuna_compat.py"
+CHECKED = (f"(checked on optuna 5.0 and 5.1; installed: optuna {optuna.__version__}): update "
+           "search/tuning/optuna_compat.py")
 
 
 def test_a_narrowed_grid_sampler_runs_exactly_the_kept_points():
