@@ -28,6 +28,9 @@ from finesweep.trainer.data.tokenizing import publish, tokenize_summary
 CACHE_VERSION = "data-v4"  # v4: causal_lm reads ShareGPT and Alpaca too; the report names the chat format
 REPORT_FILE = "report.json"
 PLOT_FILE = "lengths.png"
+# A classifier's validation or test split under this many rows moves its accuracy more than a point per row: said in
+# the report, since the search picks among trials on validation and the export reports test.
+FEW_ROWS = 100
 
 
 @dataclass
@@ -58,8 +61,19 @@ class DataReport:
         lines.append("  splits: " + ", ".join(f"{name} {n}" for name, n in self.splits.items()))
         for split_name, counts in (self.label_counts or {}).items():
             lines.append(f"  {split_name} labels: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        if self.label_counts:
+            lines.extend(_few_rows(name, self.splits[name]) for name in ("validation", "test")
+                         if 0 < self.splits.get(name, FEW_ROWS) < FEW_ROWS)
         lines.extend(_render_tokens(name, entry) for name, entry in self.tokens.items())
         return "\n".join(lines)
+
+
+def _few_rows(split: str, rows: int) -> str:
+    """What a small evaluation split means for the accuracy measured on it."""
+    what = ("trials closer than that on validation are picked by luck" if split == "validation" else
+            "the export's test accuracy and its gain over the baseline carry that much noise (their interval says it)")
+    return (f"  note: {split} holds {rows} row{'s' if rows != 1 else ''}, so one row moves its accuracy by "
+            f"{100 / rows:.1f} points: {what}; data.splits.{split} asks for more rows")
 
 
 def _render_tokens(name: str, entry: dict[str, Any]) -> str:

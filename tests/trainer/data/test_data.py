@@ -6,6 +6,7 @@ import csv
 import importlib.util
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,14 @@ def test_every_cleaning_rule_is_counted(tmp_path):
     assert report.label_names == ["neg", "pos"]
     json.dumps(report.to_dict())  # JSON-serialisable
     assert "conflicting_labels" in report.render() and "train 10" in report.render()
+    # Five validation and five test rows: one row is 20 points of accuracy, and the report says what that means.
+    assert ("  note: validation holds 5 rows, so one row moves its accuracy by 20.0 points: trials closer than that on "
+            "validation are picked by luck; data.splits.validation asks for more rows") in report.render()
+    assert "  note: test holds 5 rows, so one row moves its accuracy by 20.0 points: the export's test accuracy" \
+        in report.render()
+    large = replace(report, splits={"train": 800, "validation": 100, "test": 100})
+    assert "note:" not in large.render(), "a point per row or less: nothing to say"
+    assert "note:" not in replace(report, label_counts=None).render(), "a causal LM has no accuracy"
 
 
 def test_duplicates_kept_when_asked_but_conflicts_always_dropped(tmp_path):
