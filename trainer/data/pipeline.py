@@ -62,18 +62,19 @@ class DataReport:
         for split_name, counts in (self.label_counts or {}).items():
             lines.append(f"  {split_name} labels: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         if self.label_counts:
-            lines.extend(_few_rows(name, self.splits[name]) for name in ("validation", "test")
+            lines.extend(_few_rows(name, self.splits[name], self.pre_split) for name in ("validation", "test")
                          if 0 < self.splits.get(name, FEW_ROWS) < FEW_ROWS)
         lines.extend(_render_tokens(name, entry) for name, entry in self.tokens.items())
         return "\n".join(lines)
 
 
-def _few_rows(split: str, rows: int) -> str:
-    """What a small evaluation split means for the accuracy measured on it."""
+def _few_rows(split: str, rows: int, pre_split: bool) -> str:
+    """What a small evaluation split means for the accuracy measured on it, and where more rows come from."""
     what = ("trials closer than that on validation are picked by luck" if split == "validation" else
             "the export's test accuracy and its gain over the baseline carry that much noise (their interval says it)")
+    fix = f"the {split} file needs more rows" if pre_split else f"data.splits.{split} asks for more rows"
     return (f"  note: {split} holds {rows} row{'s' if rows != 1 else ''}, so one row moves its accuracy by "
-            f"{100 / rows:.1f} points: {what}; data.splits.{split} asks for more rows")
+            f"{100 / rows:.1f} points: {what}; {fix}")
 
 
 def _render_tokens(name: str, entry: dict[str, Any]) -> str:

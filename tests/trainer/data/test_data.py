@@ -60,6 +60,7 @@ def test_every_cleaning_rule_is_counted(tmp_path):
     large = replace(report, splits={"train": 800, "validation": 100, "test": 100})
     assert "note:" not in large.render(), "a point per row or less: nothing to say"
     assert "note:" not in replace(report, label_counts=None).render(), "a causal LM has no accuracy"
+    assert "; the validation file needs more rows" in replace(report, pre_split=True).render(), "the user's own split"
 
 
 def test_duplicates_kept_when_asked_but_conflicts_always_dropped(tmp_path):
