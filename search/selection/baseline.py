@@ -47,8 +47,9 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
     gain = _gain(winner[name], baseline[name], higher_is_better)
     searched = baseline_trial.get("searched_trials")
     interval = gain_interval(task, *rows, seed) if rows else None
+    test_rows = len(rows[0].values) if rows else None
     said = sentence(name, winner[name], baseline[name], gain, higher_is_better, won, origin(best) != best["trial_id"],
-                    searched, interval, len(rows[0].values) if rows else None)
+                    searched, interval, test_rows)
     pair = baseline_trial.get("equal_samples") if not won else None
     if not won and (trained := _samples(best)) > (reference := _samples(baseline_trial)) > 0:
         # Where the recipes were paired and the tuned one did not lead, the whole gain is the longer training.
@@ -69,7 +70,7 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
         "validation": {baseline_trial["metric"]: baseline_trial["value"]}, "test": quality(baseline, task),
         "winner_test": quality(winner, task), "metric": name, "gain": gain,
         "gain_unit": "points" if higher_is_better else "percent", "gain_interval": list(interval) if interval else None,
-        "test_rows": len(rows[0].values) if rows else None, "validation_gain": best["value"] - baseline_trial["value"],
+        "test_rows": test_rows, "validation_gain": best["value"] - baseline_trial["value"],
         "baseline_won": won, "sentence": said, "untuned_test": quality(untuned, task) if untuned else None,
         "equal_samples": pair, "searched_trials": searched,
     }
