@@ -16,7 +16,9 @@ from typing import Any, NamedTuple
 
 from finesweep.spaces.config import DataConfig, Task
 from finesweep.trainer.data import chat, chat_formats
-from finesweep.trainer.data.readers import EXAMPLE_CHARS, DataError, Row, Source, cell_text, closest_column_hint
+from finesweep.trainer.data.readers import (
+    EXAMPLE_CHARS, DataError, Row, Source, cell_text, closest_column_hint, label_text,
+)
 
 EXAMPLES_KEPT = 3
 Pair = tuple[str, str]
@@ -36,7 +38,7 @@ def _example(pair: Pair) -> str:
     first = pair[0]
     if first.startswith("[{"):  # a conversation (causal_lm): shown as turns, not as JSON
         first = chat.readable(chat.from_cell(first))
-    text = " | ".join(part for part in (first, pair[1]) if part) or "(empty)"
+    text = " | ".join(part or "(empty)" for part in (first, pair[1]))  # which part was empty shows
     return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 3] + "..."
 
 
@@ -118,7 +120,7 @@ def read_pairs(config: DataConfig, source: Source, rows: Iterable[tuple[int, Row
         if to_conversation is not None:
             pair = _conversation_pair(to_conversation(row, f"{source.name}: {source.where(position)}"))
         else:
-            pair = (cell_text(row.get(first)), cell_text(row.get(second)))
+            pair = (cell_text(row.get(first)), label_text(row.get(second)))
         if not (pair[0] and pair[1]):
             drops.add("empty", pair)
         elif allowed is not None and pair[1] not in allowed:

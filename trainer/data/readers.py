@@ -30,6 +30,15 @@ def cell_text(value: Any) -> str:
     return "" if value is None else str(value).strip()
 
 
+def label_text(value: Any) -> str:
+    """A label cell as text. A whole float reads as its integer ("1", not "1.0"): an integer column with a missing
+    value comes out of Parquet and pandas-written JSON as floats, and its classes should keep the names the same
+    labels have in a CSV (and in the exported model's id2label)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return cell_text(value)
+
+
 class DataError(ValueError):
     """User-facing: one paragraph naming the file, the column or line, the rule, what was found, and the fix."""
 

@@ -47,7 +47,7 @@ def test_every_cleaning_rule_is_counted(tmp_path):
     assert report.rows_in == 29
     assert report.dropped == {"empty": 3, "conflicting_labels": 3, "duplicate": 3}
     assert report.dropped_examples["conflicting_labels"] == ["torn | pos", "torn | neg", "torn | pos"]
-    assert len(report.dropped_examples["empty"]) == 3
+    assert report.dropped_examples["empty"] == ["(empty) | pos", "(empty) | neg", "no label | (empty)"]
     assert sum(report.splits.values()) == 20
     assert report.label_names == ["neg", "pos"]
     json.dumps(report.to_dict())  # JSON-serialisable
@@ -207,6 +207,22 @@ def test_jsonl_tsv_and_parquet_inputs(sentiment_csv, tmp_path):
     reference = _all_rows(prepare(_config(sentiment_csv), 0, tmp_path / "csv"))
     for path in (jsonl, tsv, parquet):
         assert _all_rows(prepare(_config(path), 0, tmp_path / path.suffix)) == reference, path
+
+
+def test_whole_float_labels_keep_their_integer_names(tmp_path):
+    """An integer label column with a missing value is float in Parquet: its classes are still "1" and "5"."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"text": f"review {i}", "stars": None if i == 7 else float(1 + 4 * (i % 2))} for i in range(40)]
+    rows += [{"text": f"half {i}", "stars": 2.5} for i in range(4)]  # not whole: kept as written
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    assert pa.Table.from_pylist(rows).schema.field("stars").type == pa.float64()
+    report = prepare(_config(path, label_column="stars", splits={"train": 0.5, "validation": 0.25, "test": 0.25}),
+                     0, tmp_path / "c").report
+    assert report.label_names == ["1", "2.5", "5"]
+    assert report.dropped_examples["empty"] == ["review 7 | (empty)"]
 
 
 def test_unclosed_quote_names_the_record(tmp_path):
