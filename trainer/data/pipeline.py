@@ -25,7 +25,7 @@ from finesweep.trainer.data.splitting import SPLITS, drop_leaked, label_names, s
 from finesweep.trainer.data.tokenizing import publish, tokenize_summary
 
 # Bump when reading, cleaning or splitting changes, so old cache entries are never reused.
-CACHE_VERSION = "data-v4"  # v4: causal_lm reads ShareGPT and Alpaca too; the report names the chat format
+CACHE_VERSION = "data-v5"  # v5: a whole-float label is named as its integer ("1", not "1.0")
 REPORT_FILE = "report.json"
 PLOT_FILE = "lengths.png"
 # A classifier's validation or test split under this many rows moves its accuracy more than a point per row: said in
