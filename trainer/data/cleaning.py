@@ -21,6 +21,7 @@ from finesweep.trainer.data.readers import (
 )
 
 EXAMPLES_KEPT = 3
+EMPTY = "(empty)"
 Pair = tuple[str, str]
 
 
@@ -38,7 +39,7 @@ def _example(pair: Pair) -> str:
     first = pair[0]
     if first.startswith("[{"):  # a conversation (causal_lm): shown as turns, not as JSON
         first = chat.readable(chat.from_cell(first))
-    text = " | ".join(part or "(empty)" for part in (first, pair[1]))  # which part was empty shows
+    text = " | ".join(part for part in (first, pair[1]) if part) or EMPTY
     return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 3] + "..."
 
 
@@ -122,7 +123,7 @@ def read_pairs(config: DataConfig, source: Source, rows: Iterable[tuple[int, Row
         else:
             pair = (cell_text(row.get(first)), label_text(row.get(second)))
         if not (pair[0] and pair[1]):
-            drops.add("empty", pair)
+            drops.add("empty", (pair[0] or EMPTY, pair[1] or EMPTY))  # the example shows which part was empty
         elif allowed is not None and pair[1] not in allowed:
             drops.add("label_not_allowed", pair)
         else:
