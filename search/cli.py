@@ -260,7 +260,8 @@ def _reachable_run(tracker, run_id: str):
 @app.command()
 def status(sweep: Path = SweepArg, tracking_uri: Optional[str] = typer.Option(None),
            metric: str = typer.Option("", help="Metric to rank by; default: the sweep's."),
-           mode: str = typer.Option("", help="min or max; default: the sweep's.")) -> None:
+           mode: str = typer.Option("", help="min or max; default: the way --metric is better, else the sweep's.")
+           ) -> None:
     """Leaderboard of the sweep's trials, read from the tracking store."""
     _quiet_libraries(False)
     with user_errors():
@@ -268,11 +269,12 @@ def status(sweep: Path = SweepArg, tracking_uri: Optional[str] = typer.Option(No
         from finesweep.search.outputs.console import Console, leaderboard_table
         from finesweep.search.tracking.client import Tracker
         from finesweep.search.tracking.tags import BEST_RUN_TAG, BEST_STEP_TAG
+        from finesweep.spaces.search_config import METRIC_MODES
 
         tracker = Tracker(uri)
         parent = _reachable_run(tracker, state["parent_run_id"])
+        mode = mode or (METRIC_MODES.get(metric) if metric else None) or parent.data.params.get("search.mode", "min")
         metric = metric or parent.data.params.get("search.metric", "eval_loss")
-        mode = mode or parent.data.params.get("search.mode", "min")
         Console().out.print(leaderboard_table(tracker, state["experiment_id"], state["parent_run_id"], metric, mode))
         tags = parent.data.tags
         if BEST_RUN_TAG in tags:  # by its run's name, as the leaderboard shows it (a continuation's: exploit-...)

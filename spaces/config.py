@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from finesweep.spaces.search_config import BaselineRecipe, SearchConfig
+from finesweep.spaces.search_config import TASK_DEFAULT_METRIC, BaselineRecipe, SearchConfig
 from finesweep.spaces.space_config import CAUSAL_LM_EFFECTIVE_BATCHES, SpaceConfig
 from finesweep.spaces.sections import Quantization, Section, Task
 
@@ -172,6 +172,20 @@ class ExportConfig(Section):
     registered_model_name: str | None = Field(None, description="Registered model name; unset = the sweep's name.", min_length=1)
 
 
+def _raw_task(data: Any) -> Task | None:
+    """The task a sweep file's raw mapping names (DataConfig's default where its data section names none), for the
+    defaults that depend on it; None where there is no data section or its task is not one (DataConfig says why)."""
+    section = data.get("data") if isinstance(data, dict) else None
+    if isinstance(section, DataConfig):
+        return section.task
+    if not isinstance(section, dict):
+        return None
+    try:
+        return Task(section.get("task", DataConfig.model_fields["task"].default))
+    except ValueError:
+        return None
+
+
 class SweepConfig(Section):
     """A whole sweep file."""
 
@@ -192,12 +206,21 @@ class SweepConfig(Section):
     def _effective_batch_by_task(cls, data: Any) -> Any:
         """A causal LM's space without effective_batch_size searches CAUSAL_LM_EFFECTIVE_BATCHES (a dumped config,
         as a resume reads, names the field and keeps it)."""
-        section, space = (data.get("data"), data.get("space", {})) if isinstance(data, dict) else (None, None)
-        task = section.get("task") if isinstance(section, dict) else getattr(section, "task", None)
-        if getattr(task, "value", task) != Task.causal_lm.value or not isinstance(space, dict) \
-                or "effective_batch_size" in space:
+        space = data.get("space", {}) if isinstance(data, dict) else None
+        if _raw_task(data) != Task.causal_lm or not isinstance(space, dict) or "effective_batch_size" in space:
             return data
         return {**data, "space": {**space, "effective_batch_size": list(CAUSAL_LM_EFFECTIVE_BATCHES)}}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _metric_by_task(cls, data: Any) -> Any:
+        """A search without a metric optimises its task's (TASK_DEFAULT_METRIC), its mode following unless set (a
+        dumped config names both and keeps them)."""
+        search = data.get("search", {}) if isinstance(data, dict) else None
+        task = _raw_task(data)
+        if task is None or not isinstance(search, dict) or "metric" in search:
+            return data
+        return {**data, "search": {**search, "metric": TASK_DEFAULT_METRIC[task]}}
 
     @model_validator(mode="after")
     def _space_names_models(self) -> "SweepConfig":
@@ -212,6 +235,7 @@ class SweepConfig(Section):
         problems = [f"search.initial_points[{i}]: {problem}" for i, point in enumerate(self.search.initial_points)
                     if (problem := self.space.point_problem(point, self.model_names))]
         problems += self._baseline_problems()
+        problems += [problem] if (problem := self.search.metric_problem(self.data.task)) else []
         if problems:
             raise ValueError("; ".join(problems))
         gguf = [q.value for q in self.export.quantization if q.is_gguf]

@@ -3,12 +3,33 @@ training (search.exploit)."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from finesweep.spaces.sections import Method, Precision, Section
+from finesweep.spaces.sections import Method, Precision, Section, Task
 from finesweep.spaces.units import parse_duration
+
+# What a trial reports at each evaluation that a search may optimise, and which way is better: the Trainer's
+# eval_loss, trainer/metrics.py's accuracy and macro-F1 (a classifier) or perplexity (a causal LM), and its training
+# speed so far (trainer/trial.py).
+THROUGHPUT_METRIC = "train_samples_per_second_so_far"
+METRIC_MODES: dict[str, Literal["min", "max"]] = {
+    "eval_accuracy": "max", "eval_f1_macro": "max", "eval_loss": "min", "eval_perplexity": "min",
+    THROUGHPUT_METRIC: "max", "train_tokens_per_second_so_far": "max",
+}
+TASK_METRICS = {
+    Task.classification: ("eval_accuracy", "eval_f1_macro", "eval_loss", THROUGHPUT_METRIC,
+                          "train_tokens_per_second_so_far"),
+    Task.causal_lm: ("eval_loss", "eval_perplexity", THROUGHPUT_METRIC, "train_tokens_per_second_so_far"),
+}
+# search.metric unset: what the user keeps. A classifier's accuracy, not its validation loss: the loss rises as the
+# model grows confident while its accuracy still climbs, so a sweep picking by loss exported the first epoch's
+# checkpoint where a second epoch gains about a point of accuracy (benchmarks/README.md, "Earlier result: tweets (plan,
+# then run with a computed budget)").
+# A causal LM's loss (the order of its perplexity).
+TASK_DEFAULT_METRIC = {Task.classification: "eval_accuracy", Task.causal_lm: "eval_loss"}
 
 
 class AshaConfig(Section):
@@ -75,8 +96,8 @@ class SearchConfig(Section):
     plateau_patience: int | None = Field(3, ge=1, description="A trial stops once this many evaluations in a row have not bettered its best (any improvement counts), whatever the scheduler: a small data set is learnt in a few passes, and a trial that trains on past its best spends the budget for nothing (its best checkpoint stays a candidate). The baseline trial is never stopped. 3: the window of Ray Tune's TrialPlateauStopper (4 results); null = off.")
     num_trials: int = Field(8, ge=1, description="Trials to run, the baseline's (search.baseline) among them.")
     max_concurrent_trials: int | None = Field(None, ge=1, description="Trials running at once. Unset: 1 on a CPU; with CUDA, as many as the probe's peak memory lets share the GPUs (see resources.gpus_per_trial), at most the CPU cores over cpus_per_trial.")
-    metric: str = Field("eval_loss", description="Evaluation metric the search optimises, e.g. eval_accuracy, eval_f1_macro, eval_loss.")
-    mode: Literal["min", "max"] = Field("min", description="Whether the metric is minimised or maximised.")
+    metric: str = Field(TASK_DEFAULT_METRIC[Task.classification], description="Evaluation metric the search optimises and the export picks its checkpoint by. A classifier's trials report eval_accuracy, eval_f1_macro and eval_loss; a causal LM's eval_loss and eval_perplexity; both train_samples_per_second_so_far and train_tokens_per_second_so_far. Unset: eval_accuracy for a classifier (its validation loss rises while its accuracy still climbs: picking by loss keeps an early checkpoint), eval_loss for a causal LM.")
+    mode: Literal["min", "max"] = Field(METRIC_MODES[TASK_DEFAULT_METRIC[Task.classification]], description="Whether the metric is minimised or maximised. Unset: the way the metric is better (max for accuracy, F1 and speeds, min for loss and perplexity).")
     eval_every_steps: int = Field(50, ge=1, description="Optimizer steps between evaluations (each one reported to ASHA and MLflow). At this default, under a time budget, fewer where a trial of the slowest combination would not evaluate twice in the trials' share (the plan says so); another number stands.")
     max_steps: int = Field(200, ge=1, description="Optimizer steps per trial at most.")
     time_budget_minutes: float | None = Field(None, gt=0, description="Wall-clock budget of the search: the trials, then the winner trained further (search.exploit.share of it); when the trials' share ends, running trials stop and their evaluations so far count (where none has evaluated yet, they go on until the first evaluation, at most to the end of the budget: the winner trains that much less); the winner's training ends with the budget, and the export goes on.")
@@ -91,6 +112,36 @@ class SearchConfig(Section):
     second_objective: Literal["none", "throughput"] = Field("none", description="A second objective Optuna samples for (multi-objective): throughput = the trial's training samples per second (train_samples_per_second_so_far, maximised); the Pareto front is reported. ASHA still stops on the metric alone.")
     pick: Literal["best_metric", "fastest_within"] = Field("best_metric", description="Which trial's best checkpoint is exported: the best metric's, or the fastest trial whose best metric is within pick_tolerance of the best (needs second_objective).")
     pick_tolerance: float = Field(0.01, ge=0, description="pick: fastest_within: how far (absolute, in the metric's units, inclusive) a trial's best metric may fall short of the best.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_follows_metric(cls, data: Any) -> Any:
+        """A metric named without a mode is optimised the way it is better: `metric: eval_accuracy` alone must not
+        be minimised."""
+        if isinstance(data, dict) and "mode" not in data and data.get("metric") in METRIC_MODES:
+            return {**data, "mode": METRIC_MODES[data["metric"]]}
+        return data
+
+    @model_validator(mode="after")
+    def _mode_fits_metric(self) -> "SearchConfig":
+        better = METRIC_MODES.get(self.metric)
+        if better is not None and self.mode != better:
+            raise ValueError(
+                f"mode: {self.mode} would {'minimise' if self.mode == 'min' else 'maximise'} {self.metric}, which is "
+                f"better {'higher' if better == 'max' else 'lower'}: the search would pick the worst trials; remove "
+                f"mode (it follows the metric) or set mode: {better}"
+            )
+        return self
+
+    def metric_problem(self, task: Task) -> str | None:
+        """Why search.metric is not one a trial of `task` reports (every trial would score nothing), or None."""
+        reported = TASK_METRICS[task]
+        if self.metric in reported:
+            return None
+        close = difflib.get_close_matches(self.metric, reported, n=1, cutoff=0.7)
+        return (f"search.metric: a {task.value} trial does not report {self.metric!r}, so no trial could be compared "
+                f"or picked; it reports {', '.join(reported)}. "
+                f"{f'Did you mean {close[0]!r}? ' if close else ''}Set search.metric to one of them")
 
     @property
     def exploration_seconds(self) -> float | None:
@@ -133,9 +184,9 @@ class SearchConfig(Section):
                 f"pick_tolerance applies only to pick: fastest_within, but got pick_tolerance="
                 f"{self.pick_tolerance:g} with pick: {self.pick}; set pick: fastest_within, or remove pick_tolerance"
             )
-        if self.second_objective == "throughput" and self.metric == "train_samples_per_second_so_far":
+        if self.second_objective == "throughput" and self.metric == THROUGHPUT_METRIC:
             raise ValueError(
-                "second_objective: throughput maximises train_samples_per_second_so_far, which is already the "
+                f"second_objective: throughput maximises {THROUGHPUT_METRIC}, which is already the "
                 "metric; choose a quality metric as metric (e.g. eval_loss, eval_accuracy)"
             )
         return self

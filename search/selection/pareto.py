@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from finesweep.search.selection.best import BEST_SO_FAR, Best, pick_best
+from finesweep.spaces.search_config import THROUGHPUT_METRIC
 
 if TYPE_CHECKING:
     from finesweep.spaces.config import SearchConfig
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 # time since the Trainer began (or resumed), evaluations and saves included; model loading and imports are not in
 # it. The last report covers the whole trial, and it is the result Tune hands to Optuna. Samples, not tokens:
 # between candidates with different tokenizers, tokens/s would favour the chattier tokenizer.
-THROUGHPUT = "train_samples_per_second_so_far"
+THROUGHPUT = THROUGHPUT_METRIC
 SECOND_OBJECTIVES = {"throughput": (THROUGHPUT, "max")}  # search.second_objective -> (result key, mode)
 # `within` forgives the round-off of the subtraction (0.9 - 0.89 is 0.010000000000000009), nothing more.
 ROUND_OFF = 1e-9

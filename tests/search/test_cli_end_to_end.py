@@ -283,6 +283,15 @@ def test_predict_and_status_commands(finished_sweep):
     best = json.loads((sweep_dir / "summary.json").read_text())["best"]
     assert status.stdout.count("trial-") == NUM_TRIALS + 1  # a row each, and the best by the name its row has
     assert f"best: trial-{best['trial_id']} at step {best['step']}" in status.stdout
+    # The sweep ranks by eval_loss (min); --metric eval_accuracy alone ranks the way accuracy is better.
+    by_accuracy = finesweep("status", "sweep.yaml", "--metric", "eval_accuracy", cwd=folder)
+    assert by_accuracy.returncode == 0, by_accuracy.stderr
+    lines = by_accuracy.stdout.splitlines()
+    header = next(line for line in lines if "best eval_accuracy" in line).split("┃")  # the heading row
+    column = next(i for i, cell in enumerate(header) if "best eval_accuracy" in cell)
+    cells = [line.split("│")[column].strip() for line in lines if "trial-" in line and "│" in line]
+    accuracies = [float(cell) for cell in cells if cell != "-"]
+    assert len(accuracies) >= 2 and accuracies == sorted(accuracies, reverse=True), by_accuracy.stdout
 
 
 def test_each_exported_variant_is_a_registered_model_version(finished_sweep):

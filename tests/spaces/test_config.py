@@ -220,6 +220,40 @@ def test_a_space_without_effective_batches_searches_its_tasks_default():
     assert batches("causal_lm", {"effective_batch_size": [32]}) == [32], "what the user writes stands"
 
 
+def test_a_search_without_a_metric_optimises_its_tasks_and_the_mode_follows_the_metric():
+    """A classifier picks by accuracy (its loss rises while its accuracy climbs), a causal LM by loss; a metric named
+    alone is optimised the way it is better."""
+    def objective(task: str, search: dict) -> tuple[str, str]:
+        config = SweepConfig.model_validate({"name": "s", "data": {"path": "d.jsonl", "task": task},
+                                             "models": [{"name": "m", "path": "x"}], "search": search})
+        again = SweepConfig.model_validate(config.model_dump(mode="json"))  # as a resume reads it back
+        assert (again.search.metric, again.search.mode) == (config.search.metric, config.search.mode)
+        return config.search.metric, config.search.mode
+
+    assert objective("classification", {}) == ("eval_accuracy", "max")
+    assert objective("causal_lm", {}) == ("eval_loss", "min")
+    assert objective("classification", {"metric": "eval_loss"}) == ("eval_loss", "min")
+    assert objective("classification", {"metric": "eval_f1_macro"}) == ("eval_f1_macro", "max")
+    assert objective("causal_lm", {"metric": "eval_perplexity"}) == ("eval_perplexity", "min")
+    assert objective("classification", {"metric": "eval_loss", "mode": "min"}) == ("eval_loss", "min")
+    assert objective("causal_lm", {"mode": "min"}) == ("eval_loss", "min")
+
+
+@pytest.mark.parametrize(("task", "search", "pattern"), [
+    ("classification", "{metric: eval_acc}", r"search.metric: a classification trial does not report 'eval_acc'.*"
+                                             r"eval_accuracy, eval_f1_macro, eval_loss.*Did you mean 'eval_accuracy'"),
+    ("causal_lm", "{metric: eval_accuracy}", r"a causal_lm trial does not report 'eval_accuracy'.*it reports "
+                                             r"eval_loss, eval_perplexity"),
+    ("classification", "{metric: eval_accuracy, mode: min}", r"search: mode: min would minimise eval_accuracy, which "
+                                                             r"is better higher.*set mode: max"),
+    ("causal_lm", "{mode: max}", r"mode: max would maximise eval_loss, which is better lower"),
+])
+def test_a_metric_no_trial_reports_or_a_mode_against_it_is_refused(tmp_path, task, search, pattern):
+    text = MINIMAL.replace("data: {path: data.csv}", f"data: {{path: data.csv, task: {task}}}") + f"search: {search}\n"
+    with pytest.raises(SweepFileError, match=pattern):
+        load(write(tmp_path, text))
+
+
 @pytest.mark.parametrize("text,expected", [("6GiB", 6 * 2**30), ("500MB", 500 * 10**6), ("1.5 GiB", int(1.5 * 2**30)), ("1024", 1024)])
 def test_byte_sizes(text, expected):
     assert parse_bytes(text) == expected

@@ -459,7 +459,8 @@ def test_a_gguf_variant_adds_its_making_by_the_weights_and_its_answers_one_at_a_
     def export(quantization: list[str], samples: int, weight_bytes: int = 540_000_000) -> float:
         config = _config()
         config = SweepConfig.model_validate({**config.model_dump(mode="json"), "data": {
-            **config.data.model_dump(mode="json"), "task": "causal_lm"}, "export": {
+            **config.data.model_dump(mode="json"), "task": "causal_lm"}, "search": {
+            **config.search.model_dump(mode="json"), "metric": "eval_loss", "mode": "min"}, "export": {
             **config.export.model_dump(mode="json"), "quantization": quantization, "generation_samples": samples}})
         combination = replace(times("big|fp32|full", 1.0, 1.0), decode_seconds_per_token=0.04,
                               weight_bytes=weight_bytes)

@@ -65,7 +65,7 @@ def _tied_trial(config):
 
     for step in range(10, 60, 10):
         with tempfile.TemporaryDirectory() as folder:
-            metrics = {"acc": 0.5, "step": step, "trial_id": tune.get_context().get_trial_id()}
+            metrics = {"eval_accuracy": 0.5, "step": step, "trial_id": tune.get_context().get_trial_id()}
             tune.report({**metrics, CHECKPOINT_SCORE: checkpoint_score(0.5, step, "max")},
                         checkpoint=tune.Checkpoint.from_directory(folder))
 
@@ -83,7 +83,7 @@ def test_tune_keeps_the_earliest_of_tied_checkpoints(tmp_path):
     from finesweep.spaces import SweepConfig
 
     config = SweepConfig.model_validate({"name": "tie", "data": {"path": "x.csv"}, "models": [{"name": "m", "path": "m"}],
-                                         "search": {"metric": "acc", "mode": "max", "keep_checkpoints": 1}})
+                                         "search": {"metric": "eval_accuracy", "mode": "max", "keep_checkpoints": 1}})
     start_ray(None)
     try:
         tuner = tune.Tuner(tune.with_resources(_tied_trial, {"cpu": 1}), run_config=tune.RunConfig(
@@ -93,13 +93,13 @@ def test_tune_keeps_the_earliest_of_tied_checkpoints(tmp_path):
         ray.shutdown()
     kept = sorted(metrics["step"] for _, metrics in results[0].best_checkpoints)
     assert kept == [10]
-    best = pick_best(results, "acc", "max")
+    best = pick_best(results, "eval_accuracy", "max")
     assert best.step == 10 and os.path.isdir(best.checkpoint_dir)
     # The same trial as Tune leaves it when the budget ends between a result and the save it schedules after it:
     # the checkpoint in storage and the result logged, nothing registered. It is read back from the trial's folder.
     unregistered = SimpleNamespace(best_checkpoints=[], path=results[0].path, metrics=results[0].metrics,
                                    config=results[0].config)
-    recovered = pick_best([unregistered], "acc", "max")
+    recovered = pick_best([unregistered], "eval_accuracy", "max")
     assert (recovered.step, recovered.checkpoint_dir, recovered.trial_id) == (10, best.checkpoint_dir, best.trial_id)
     empty = tmp_path / "no-checkpoint"
     empty.mkdir()

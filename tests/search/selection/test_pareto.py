@@ -131,7 +131,7 @@ def test_each_trial_is_its_best_evaluation_and_its_last_throughput():
 
 def test_objectives_are_the_metric_alone_or_both_with_their_modes():
     plain = SweepConfig.model_validate(MINIMAL)  # the metric as each trial's best so far
-    assert search_objectives(plain.search) == (BEST_SO_FAR, "min")
+    assert search_objectives(plain.search) == (BEST_SO_FAR, "max")  # a classifier: accuracy
     both = SweepConfig.model_validate({**MINIMAL, "search": {"second_objective": "throughput", "metric": "eval_f1_macro",
                                                              "mode": "max", "pick": "fastest_within"}})
     assert search_objectives(both.search) == ([BEST_SO_FAR, THROUGHPUT], ["max", "max"])
@@ -170,7 +170,7 @@ def _fake_trial(params):
     for step in (5, 10, 15):
         values.append(params["learning_rate"] * 10 + (0.1 if step == 10 else 0.0))  # the best is the middle one
         with tempfile.TemporaryDirectory() as folder:
-            tune.report({"acc": values[-1], "step": step, THROUGHPUT: speed * step, "mlflow_run_id": "r",
+            tune.report({"eval_accuracy": values[-1], "step": step, THROUGHPUT: speed * step, "mlflow_run_id": "r",
                          CHECKPOINT_SCORE: checkpoint_score(values[-1], step, "max"),
                          BEST_SO_FAR: best_of(values, "max")},
                         checkpoint=tune.Checkpoint.from_directory(folder))
@@ -190,7 +190,7 @@ def test_optuna_is_told_each_trials_metric_and_throughput_as_two_objectives(tmp_
     from finesweep.search.tuning.ray_cluster import start_ray
 
     config = SweepConfig.model_validate({**MINIMAL, "space": {"effective_batch_size": [4, 8, 16], "precision": ["fp32"]},
-                                         "search": {"metric": "acc", "mode": "max", "second_objective": "throughput",
+                                         "search": {"metric": "eval_accuracy", "mode": "max", "second_objective": "throughput",
                                                     "num_trials": 3, "eval_every_steps": 5, "max_steps": 15,
                                                     "baseline": "off"}})  # every trial a sample of the space
     searcher = make_searcher(config, ["fp32"])
@@ -211,7 +211,7 @@ def test_optuna_is_told_each_trials_metric_and_throughput_as_two_objectives(tmp_
         last = r.metrics
         best = r.config["learning_rate"] * 10 + (0.1 if last["step"] >= 10 else 0.0)
         assert told[round(r.config["learning_rate"], 12)] == [best, last[THROUGHPUT]]
-    points = trial_points(results, "acc", "max")
+    points = trial_points(results, "eval_accuracy", "max")
     assert len(points) == 3
     for p, r in zip(points, results):
         assert p.best.step == min(10, r.metrics["step"])  # the middle evaluation is each trial's best (if reached)
