@@ -10,8 +10,11 @@ from pydantic import Field, field_validator, model_validator
 from finesweep.spaces.search_config import TASK_DEFAULT_METRIC, BaselineRecipe, SearchConfig
 from finesweep.spaces.space_config import CAUSAL_LM_EFFECTIVE_BATCHES, SpaceConfig
 from finesweep.spaces.sections import Quantization, Section, Task
+from finesweep.spaces.units import parse_bytes
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+# What units.parse_bytes reads, for editors (the JSON Schema); the validator says what is wrong in words.
+BYTES_PATTERN = r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[bB]|[bB])?\s*$"
 # data.chat_template values that name no file: any other value is a Jinja template file
 CHAT_TEMPLATE_SETTINGS = ("auto", "model", "none")
 
@@ -125,10 +128,16 @@ class ResourcesConfig(Section):
     gpus_per_trial: float | None = Field(None, ge=0, description="GPUs for one trial (fractions share a GPU; Ray accounts for them). Unset: none without CUDA; with CUDA, a share of one GPU sized by the probe's peak memory (as many trials per GPU as fit with the probe's margin), or whole GPUs round-robin when each trial needs one. 0 trains on the CPU even where CUDA is present.")
     workers_per_trial: int = Field(1, ge=1, description="Data-parallel world size of each trial: above 1, that many Ray Train workers (torch.distributed), each with cpus_per_trial and gpus_per_trial (0 or 1); effective batch = micro x accumulation x workers.")
     deepspeed_stage: Literal[0, 2, 3] = Field(0, description="DeepSpeed ZeRO stage of every trial (2: optimizer state and gradients partitioned over the ranks, 3: parameters too); 0 = off. Needs CUDA and the deepspeed package.")
-    memory_budget: str = Field("6GiB", pattern=r"^\s*\d+(\.\d+)?\s*([KMGT]i?B|B)?\s*$", description="CPU: memory the concurrently running trials may use together (e.g. 6GiB); each trial's probe gets an equal share.")
+    memory_budget: str = Field("6GiB", json_schema_extra={"pattern": BYTES_PATTERN}, description="CPU: memory the concurrently running trials may use together (e.g. 6GiB); each trial's probe gets an equal share.")
     max_micro_batch: int | None = Field(None, ge=1, description="Largest micro-batch the probe tries; unset = the largest effective batch.")
     micro_batch: Literal["fastest", "largest"] = Field("fastest", description="Micro-batch trials use: the probe's fastest (samples/s) fitting one, or the largest that fits.")
     gradient_checkpointing: Literal["auto", "on", "off"] = Field("auto", description="Recompute activations in the backward pass to fit a larger micro-batch. auto: where the largest effective batch needs gradient accumulation, the probe also measures with checkpointing and each trial trains with the plan whose measured samples/s is higher; on or off: always or never.")
+
+    @field_validator("memory_budget")
+    @classmethod
+    def _a_byte_size(cls, value: str) -> str:
+        parse_bytes(value)  # its error names the rule and the fix
+        return value
 
     @field_validator("gradient_checkpointing", mode="before")
     @classmethod

@@ -254,6 +254,12 @@ def test_a_metric_no_trial_reports_or_a_mode_against_it_is_refused(tmp_path, tas
         load(write(tmp_path, text))
 
 
+def test_a_memory_budget_that_is_no_size_says_how_to_write_one(tmp_path):
+    with pytest.raises(SweepFileError, match=r"resources.memory_budget: not a byte size: '6 gigs'; write e.g. 6GiB"):
+        load(write(tmp_path, MINIMAL + "resources: {memory_budget: 6 gigs}\n"))
+    assert load(write(tmp_path, MINIMAL + "resources: {memory_budget: 6gib}\n")).resources.memory_budget == "6gib"
+
+
 @pytest.mark.parametrize("text,expected", [("6GiB", 6 * 2**30), ("500MB", 500 * 10**6), ("1.5 GiB", int(1.5 * 2**30)), ("1024", 1024)])
 def test_byte_sizes(text, expected):
     assert parse_bytes(text) == expected
