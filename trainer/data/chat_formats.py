@@ -64,7 +64,7 @@ def detect(config: DataConfig, source: Source, row: Row) -> str:
     """The chat format of a causal_lm file: data.chat_format, or under auto the first one whose columns the first
     row has; its columns (and the optional ones the sweep file names) are checked here, once."""
     if config.chat_format == AUTO:
-        fmt = next((f for f in FORMATS if all(c in row for c in _needed(config, f).values())), None)
+        fmt = fitting(config, row)
         if fmt is None:
             raise _no_format(config, source, row)
     else:
@@ -73,6 +73,11 @@ def detect(config: DataConfig, source: Source, row: Row) -> str:
         if column not in row:
             raise _missing(source, row, fmt, field, column)
     return fmt
+
+
+def fitting(config: DataConfig, row: Row) -> str | None:
+    """The first chat format (FORMATS' order) whose columns the row has, or None."""
+    return next((f for f in FORMATS if all(c in row for c in _needed(config, f).values())), None)
 
 
 def _missing(source: Source, row: Row, fmt: str, field: str, column: str) -> DataError:

@@ -62,11 +62,20 @@ def check_columns(config: DataConfig, source: Source, row: Row) -> None:
     present = list(row)
     for key, column in (("text", config.text_column), ("label", config.label_column)):
         if column not in present:
-            hint = closest_column_hint(column, present)
             raise DataError(
                 f"{source.name}: no column '{column}' (data.{key}_column); the file has columns {present}. "
-                f"{hint}Set data.{key}_column in the sweep file to the right name."
+                f"{_fix_for_missing(config, row, key, column)}"
             )
+
+
+def _fix_for_missing(config: DataConfig, row: Row, key: str, column: str) -> str:
+    """A chat file read as a classifier's (data.task left at its default) needs the task, not a column name."""
+    fmt = chat_formats.fitting(config, row)
+    if fmt is not None:
+        return (f"Its columns are those of chat data ({fmt}): to fine-tune a language model on the conversations, "
+                f"set data.task: causal_lm in the sweep file; for a classifier, set data.{key}_column to the right "
+                "name.")
+    return f"{closest_column_hint(column, list(row))}Set data.{key}_column in the sweep file to the right name."
 
 
 class _LabelTypes:

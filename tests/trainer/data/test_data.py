@@ -225,6 +225,20 @@ def test_whole_float_labels_keep_their_integer_names(tmp_path):
     assert report.dropped_examples["empty"] == ["review 7 | (empty)"]
 
 
+def test_chat_data_read_as_a_classifiers_names_the_task(tmp_path):
+    """data.task left at classification on a file of conversations: the fix is the task, not a column name."""
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
+                                                     {"role": "assistant", "content": f"a{i}"}]}) + "\n"
+                            for i in range(10)), encoding="utf-8")
+    with pytest.raises(DataError, match=r"no column 'text' \(data.text_column\); the file has columns \['messages'\]\. "
+                                        r"Its columns are those of chat data \(messages\): to fine-tune a language "
+                                        r"model on the conversations, set data.task: causal_lm"):
+        prepare(_config(path), 0, tmp_path)
+    with pytest.raises(DataError, match=r"no column 'txt'.*Did you mean 'text'\? Set data.text_column"):
+        prepare(_config(_write(tmp_path / "d.csv", [["text", "label"], ["a", "x"]]), text_column="txt"), 0, tmp_path)
+
+
 def test_unclosed_quote_names_the_record(tmp_path):
     path = tmp_path / "d.csv"
     path.write_text('text,label\n"fine",a\n"never closed,b\nmore,a\n', encoding="utf-8")
