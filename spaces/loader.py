@@ -17,6 +17,26 @@ PACKAGE_SCHEME = "pkg://"
 _UNION_MEMBER_TAGS = {"float", "int", "str", "list[int]", "list[str]", "none"}
 # Union members written as a mapping (a range, the baseline's recipe): their errors concern a mapping input only.
 _MAPPING_MEMBERS = ("FloatRange", "MethodLearningRates", "BaselineRecipe")
+# Names users bring from transformers' TrainingArguments, Optuna and peft, and the key finesweep reads instead (where
+# the section has it). A close spelling is difflib's to find; these are the names no spelling rule connects.
+KEYS_BY_OTHER_NAMES = {
+    "lr": "learning_rate", "batch_size": "effective_batch_size", "per_device_train_batch_size": "effective_batch_size",
+    "train_batch_size": "effective_batch_size", "gradient_accumulation_steps": "effective_batch_size",
+    "fp16": "precision", "bf16": "precision", "dtype": "precision", "torch_dtype": "precision",
+    "warmup_steps": "warmup_ratio", "r": "lora_r", "rank": "lora_r", "alpha": "lora_alpha",
+    "eval_steps": "eval_every_steps", "n_trials": "num_trials", "trials": "num_trials", "sampler": "algorithm",
+    "pruner": "scheduler", "direction": "mode", "timeout": "time_limit",
+}
+WHY_BY_KEY = {
+    "effective_batch_size": " (samples per optimizer step: the probe picks the micro-batch and the gradient "
+                            "accumulation that make it up)",
+    "precision": " (a list of fp32, bf16, fp16 to search, or one of them)",
+    "mode": " (min or max; unset, it follows search.metric)",
+}
+EPOCH_NAMES = ("epochs", "num_train_epochs", "num_epochs", "max_epochs")
+EPOCHS_HINT = ("finesweep trains by budget, not by epochs: search.max_steps caps each trial, search.time_budget_minutes "
+               "(or `run --time-limit`) the whole search, search.exploit.max_epochs the winner's passes over the data. "
+               "Remove it")
 
 
 
@@ -106,6 +126,11 @@ def _suggest(loc: list[Any], raw: dict[str, Any]) -> str:
     key = str(loc[-1])
     model = _model_at(loc[:-1])
     known = sorted(model.model_fields) if model else []
+    if key.lower() in EPOCH_NAMES and "max_epochs" not in known:
+        return f"{EPOCHS_HINT}."
+    other = KEYS_BY_OTHER_NAMES.get(key.lower())
+    if other in known:
+        return f"finesweep calls it `{other}`{WHY_BY_KEY.get(other, '')}. Known keys here: {', '.join(known)}."
     close = difflib.get_close_matches(key, known, n=1)
     if close:
         return f"Did you mean `{close[0]}`? Known keys here: {', '.join(known)}."

@@ -254,6 +254,20 @@ def test_a_metric_no_trial_reports_or_a_mode_against_it_is_refused(tmp_path, tas
         load(write(tmp_path, text))
 
 
+@pytest.mark.parametrize(("section", "pattern"), [
+    ("space: {lr: 1.0e-4}", r"space.lr: unknown key. finesweep calls it `learning_rate`\."),
+    ("space: {per_device_train_batch_size: [8]}", r"calls it `effective_batch_size` \(samples per optimizer step: "
+                                                  r"the probe picks the micro-batch"),
+    ("space: {num_train_epochs: 3}", r"space.num_train_epochs: unknown key. finesweep trains by budget, not by epochs"),
+    ("search: {n_trials: 20}", r"search.n_trials: unknown key. finesweep calls it `num_trials`"),
+    ("search: {direction: maximize}", r"calls it `mode` \(min or max; unset, it follows search.metric\)"),
+    ("space: {learning_rat: 1.0e-4}", r"Did you mean `learning_rate`\?"),
+])
+def test_a_key_named_as_other_tools_name_it_is_told_finesweeps_name(tmp_path, section, pattern):
+    with pytest.raises(SweepFileError, match=pattern):
+        load(write(tmp_path, MINIMAL + section + "\n"))
+
+
 def test_a_memory_budget_that_is_no_size_says_how_to_write_one(tmp_path):
     with pytest.raises(SweepFileError, match=r"resources.memory_budget: not a byte size: '6 gigs'; write e.g. 6GiB"):
         load(write(tmp_path, MINIMAL + "resources: {memory_budget: 6 gigs}\n"))
