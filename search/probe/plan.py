@@ -23,7 +23,9 @@ from typing import Any
 
 from finesweep.search.probe.cadence import planned_cadence
 from finesweep.search.probe.dropout_default import resolve_dropout
-from finesweep.search.probe.exploit_share import auto_share, leaving_a_first_evaluation, sparing_a_capped_winner
+from finesweep.search.probe.exploit_share import (
+    auto_share, leaving_a_first_evaluation, sizing_a_capped_winner, sparing_a_capped_winner,
+)
 from finesweep.search.probe.export_calibration import calibrated
 from finesweep.search.probe.export_calibration import note as calibration_note
 from finesweep.search.probe.export_time import export_steps
@@ -298,7 +300,12 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     fewest = _fewest_trial_samples(schedule, per_evaluation, search.eval_every_steps,
                                    min(config.space.effective_batch_size))
     search, capped_note = sparing_a_capped_winner(search, fewest, train_rows)
-    if capped_note:  # the trials' part is the whole budget now: longer trials, perhaps more of them
+    sized = ""
+    if not capped_note:
+        slowest = min(combinations, key=lambda c: c.samples_per_second)
+        search, sized = sizing_a_capped_winner(search, fewest, train_rows, slowest)
+        auto_note += sized
+    if capped_note or sized:  # the trials' part grew: longer trials, perhaps more of them
         schedule, per_evaluation = _trials_schedule(search, combinations, config.space.effective_batch_size,
                                                     concurrency)
     time_budget = search.exploration_seconds  # the trials' share: the rest trains the winner (search.exploit)

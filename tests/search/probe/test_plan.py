@@ -3,6 +3,7 @@ simulated search, the trial length a budget pays for, and the plan of a whole sw
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 
@@ -286,7 +287,10 @@ def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passe
                                     train_rows=train_rows)
 
     few, many, between = planned(7_200), planned(1_800), planned(2_880)  # 1, 4 and 2.5 passes
-    assert (few.exploit_share, many.exploit_share, between.exploit_share) == (0.75, 0.4, 0.57)
+    # At 4 passes auto gives 0.4, lowered to what the winner's 2 passes need past its trial's samples (the test below)
+    assert (few.exploit_share, many.exploit_share, between.exploit_share) == (0.75, 0.19, 0.57)
+    assert any("share 0.19, auto: the budget pays for 4.0 passes over the 1,800 training rows at its slowest "
+               "candidate's speed; lowered from 0.40" in note for note in many.notes), many.notes
     assert few.exploitation_seconds == pytest.approx(225) and planned(100_000).exploit_share == 0.75
     capped = planned(600)  # its trials train 1,200 samples or more: two passes over 600 rows before they end
     assert (capped.exploit_share, capped.exploitation_seconds) == (0.0, 0.0)
@@ -313,6 +317,32 @@ def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passe
     assert file_share(600) == 0.0, "...but not where the trials make the winner's passes themselves"
     assert file_share(600, max_epochs=None) == file_share(600, start="scratch") == 0.2, \
         "no passes cap, or a refit from step 0: the winner's seconds buy training"
+
+
+def test_a_winner_that_ends_at_its_passes_long_before_its_share_gives_the_rest_to_the_trials():
+    """2,000 training rows, the slowest candidate 24 samples/s a trial: 5 minutes pay for 3.6 passes (auto: 0.45, 135 s
+    for the winner), but the winner stops at 2 passes, a few hundred samples past its trial: 1.5 times those at 24
+    samples/s and a trial's start. The share shrinks to that, and the trials' part grows."""
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
+
+    def planned(train_rows: int, **exploit):
+        return planning.plan_search(_config(time_budget_minutes=5, num_trials=50, max_steps=2000, eval_every_steps=10,
+                                            exploit=exploit), probes, validation_rows=80, test_rows=40, seq_len=64,
+                                    concurrency=2, train_rows=train_rows)
+
+    sized, uncapped = planned(2_000), planned(2_000, max_epochs=None)
+    assert uncapped.exploit_share == 0.45, "no passes cap: the auto share stands"
+    slowest = next(c for c in sized.combinations if c.key == "big")
+    note = next(note for note in sized.notes if "lowered from 0.45: the winner's further training ends at 2 passes "
+                                                "over the 2,000 training rows (search.exploit.max_epochs)" in note)
+    found = re.search(r"\), ([\d,]+) samples past the shortest trial's ([\d,]+), about", note)
+    past, trial = (int(group.replace(",", "")) for group in found.groups())
+    assert past + trial == 4_000 and 0 < past < 2_000
+    needed = 1.5 * past / 24.0 + slowest.start_seconds
+    assert needed <= sized.exploit_share * 300 < needed + 3 and sized.exploit_share < 0.45
+    assert sized.trial_seconds(slowest) > uncapped.trial_seconds(slowest), "the winner's unusable seconds go to trials"
+    assert planned(100_000).exploit_share == 0.75, "a winner the budget cannot train to its passes keeps its share"
+    assert 0 < planned(2_000, share=0.2).exploit_share < 0.2, "a file's share is sized as well, as the cap's rule is"
 
 
 def test_the_winners_share_leaves_the_trials_time_for_a_first_evaluation_of_the_slowest_candidate():
