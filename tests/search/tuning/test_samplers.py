@@ -22,13 +22,15 @@ def test_a_third_of_the_trials_start_at_random_at_least_2_and_at_most_10(num_tri
     assert tpe_startup_trials(num_trials) == startup
 
 
-@pytest.mark.parametrize("search, startup", [
-    ({"num_trials": 3}, 2),
-    ({"num_trials": 12}, 4),
-    ({"num_trials": 100}, 10),
-    ({"num_trials": 100, "max_steps": 10, "eval_every_steps": 5, "step_budget": 120}, 4),  # the budget pays for 12 full trials, not 100
+@pytest.mark.parametrize("search, startup", [  # the baseline and the space's centre, then that many random draws
+    ({"num_trials": 3}, 2 + 2),
+    ({"num_trials": 12}, 2 + 3),
+    ({"num_trials": 100}, 2 + 10),
+    ({"num_trials": 100, "max_steps": 10, "eval_every_steps": 5, "step_budget": 120}, 2 + 3),  # the budget pays for 12 full trials, not 100
+    ({"num_trials": 12, "baseline": "off"}, 1 + 3),
+    ({"num_trials": 12, "initial_points": [{"learning_rate": 1e-4}, {"learning_rate": 2e-4}]}, 3 + 3),
 ])
-def test_the_sweeps_tpe_sampler_gets_that_number(search, startup):
+def test_the_sweeps_tpe_sampler_gets_that_number_after_its_first_trials(search, startup):
     config = SweepConfig.model_validate({**MINIMAL, "search": {"algorithm": "tpe", **search}})
     sampler = optuna_study_of(make_searcher(config, ["fp32"])).sampler
     assert type(sampler).__name__ == "TPESampler"
