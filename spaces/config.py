@@ -10,11 +10,9 @@ from pydantic import Field, field_validator, model_validator
 from finesweep.spaces.search_config import TASK_DEFAULT_METRIC, BaselineRecipe, SearchConfig
 from finesweep.spaces.space_config import CAUSAL_LM_EFFECTIVE_BATCHES, SpaceConfig
 from finesweep.spaces.sections import Quantization, Section, Task
-from finesweep.spaces.units import parse_bytes
+from finesweep.spaces.units import BYTES_PATTERN, parse_bytes
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
-# What units.parse_bytes reads, for editors (the JSON Schema); the validator says what is wrong in words.
-BYTES_PATTERN = r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[bB]|[bB])?\s*$"
 # data.chat_template values that name no file: any other value is a Jinja template file
 CHAT_TEMPLATE_SETTINGS = ("auto", "model", "none")
 

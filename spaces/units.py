@@ -4,6 +4,8 @@ import re
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+# What parse_bytes reads, as a JSON Schema pattern for editors (the sweep file's validator calls parse_bytes itself).
+BYTES_PATTERN = r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[bB]|[bB])?\s*$"
 
 
 def parse_bytes(text: str) -> int:
