@@ -182,8 +182,9 @@ def plan(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
                                                           "max_concurrent_trials at once instead of this machine's cores."),
          time_limit: Optional[str] = typer.Option(None, "--time-limit", help=TIME_LIMIT_HELP),
          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    """Prepare the data, probe memory and speed, and print how the search will spend its budget (trial length, trials,
-    predicted end) without training: `run` prints the same plan, then follows it."""
+    """Prepare the data, probe memory and speed, and print how the search will spend its budget, without training.
+
+    The plan names the trial length, the trials and the predicted end; `run` prints the same plan, then follows it."""
     _quiet_libraries(verbose)
     with user_errors():
         config = _with_time_limit(_load(sweep_file), time_limit)
