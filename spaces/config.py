@@ -53,7 +53,7 @@ class DataConfig(Section):
     encoding: str = Field("utf-8", description="Text encoding of CSV/TSV/JSONL files (utf-8 also accepts a BOM).")
     task: Task = Field(Task.classification, description="classification (text -> label) or causal_lm (prompt + response).")
     text_column: str = Field("text", description="Input text column (classification).")
-    label_column: str = Field("label", description="Label column (classification); each distinct label is a class, mapped to an id (a whole number stored as a float, 1.0, is the class '1').")
+    label_column: str = Field("label", description="Label column (classification); each distinct label is a class, mapped to an id (a whole number stored as a float, 1.0, is the class '1'). A column of values rather than classes is refused: more than 20 distinct numbers with fractions (a score: finesweep has no regression task), or most rows in values too rare to split (free text, ids).")
     prompt_column: str = Field("prompt", description="Prompt column (causal_lm); no loss on its tokens.")
     response_column: str = Field("response", description="Response column (causal_lm); the loss is on these tokens.")
     system_column: str | None = Field(None, description="Optional system-prompt column beside prompt/response, Alpaca's or ShareGPT's columns (causal_lm).")

@@ -9,6 +9,7 @@ pairs themselves.
 from __future__ import annotations
 
 import hashlib
+import math
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -21,6 +22,11 @@ from finesweep.trainer.data.readers import (
 )
 
 EXAMPLES_KEPT = 3
+# More than this share of rows in labels too rare to split: the label column holds values, not classes.
+MOST_ROWS_RARE = 0.5
+# More distinct labels than this, all numbers and some with fractions, are a measurement: classes named by numbers with
+# fractions are the steps of a rating scale (0.5 to 5.0 in halves: 10).
+MAX_FRACTIONAL_CLASSES = 20
 EMPTY = "(empty)"
 Pair = tuple[str, str]
 
@@ -196,6 +202,7 @@ def drop_rare_classes(config: DataConfig, pairs: list[Pair], drops: Drops, split
     if config.task != Task.classification or not config.drop_rare_classes:
         return pairs
     counts = Counter(label for _, label in pairs)
+    refuse_values_as_labels(config, counts, splits)
     rare = {label for label, n in counts.items() if n < splits}
     if not rare:
         return pairs
@@ -206,3 +213,38 @@ def drop_rare_classes(config: DataConfig, pairs: list[Pair], drops: Drops, split
         else:
             kept.append(pair)
     return kept
+
+
+def refuse_values_as_labels(config: DataConfig, counts: Counter[str], splits: int = 3) -> None:
+    """DataError where the label column holds values (a score, a price, an id, free text), not classes: most rows
+    carry a label too few rows share to be split, or the labels are more numbers with fractions than a rating scale
+    has steps. A classifier would learn each value as a class, on what the rare-class rule left of the file: a score of
+    0.0 to 5.0 in two decimals lost 390 of 600 rows that way, and a confidence column of 0.32 to 1 trained 350 classes."""
+    rows = sum(counts.values())
+    rare = [label for label, n in counts.items() if n < splits]
+    rare_rows = sum(counts[label] for label in rare)
+    numbers = [float(label) for label in counts if _is_number(label)]
+    numeric = len(numbers) == len(counts)
+    fractional = numeric and len(numbers) > MAX_FRACTIONAL_CLASSES and any(not n.is_integer() for n in numbers)
+    if rows == 0 or not (fractional or rare_rows > MOST_ROWS_RARE * rows):
+        return
+    examples = ", ".join(repr(label[:EXAMPLE_CHARS]) for label in (rare or list(counts))[:EXAMPLES_KEPT])
+    unsplittable = (f"{rare_rows:,} of the rows ({100 * rare_rows / rows:.0f}%) carry a value that fewer than {splits} "
+                    f"rows share, so no split could hold each of them")
+    if numeric:
+        found = (f"numbers from {min(numbers):g} to {max(numbers):g} (e.g. {examples}): a score or a measurement, a "
+                 f"regression target, not class labels; {unsplittable}")
+        fix = ("finesweep trains classifiers and causal LMs, not regression: bin the values into classes (say low, "
+               "medium, high) in a column of their own and point data.label_column at it")
+    else:
+        found = f"labels that are free text or identifiers (e.g. {examples}), not classes: {unsplittable}"
+        fix = "point data.label_column at the column that holds the classes"
+    raise DataError(f"{config.path}: column '{config.label_column}' (data.label_column) holds {len(counts):,} distinct "
+                    f"values over {rows:,} rows, {found}. Fix: {fix}.")
+
+
+def _is_number(label: str) -> bool:
+    try:
+        return math.isfinite(float(label))
+    except ValueError:
+        return False

@@ -18,14 +18,16 @@ from typing import Any
 from finesweep.spaces import resolve_path
 from finesweep.spaces.config import DataConfig, Task
 from finesweep.spaces.files import write_json_atomic
-from finesweep.trainer.data.cleaning import Drops, Pair, Read, clean, drop_rare_classes, read_pairs
+from finesweep.trainer.data.cleaning import (
+    Drops, Pair, Read, clean, drop_rare_classes, read_pairs, refuse_values_as_labels,
+)
 from finesweep.trainer.data.lengths import save_histogram
 from finesweep.trainer.data.readers import DataError, Source, detect_format, iter_rows, saved_splits
 from finesweep.trainer.data.splitting import SPLITS, drop_leaked, label_names, split, split_sizes, to_dataset
 from finesweep.trainer.data.tokenizing import publish, tokenize_summary
 
 # Bump when reading, cleaning or splitting changes, so old cache entries are never reused.
-CACHE_VERSION = "data-v5"  # v5: a whole-float label is named as its integer ("1", not "1.0")
+CACHE_VERSION = "data-v6"  # v6: a label column of values (most rows in labels too rare to split) is refused
 REPORT_FILE = "report.json"
 PLOT_FILE = "lengths.png"
 # A classifier's validation or test split under this many rows moves its accuracy more than a point per row: said in
@@ -153,6 +155,8 @@ def _pre_split(config: DataConfig, parts: dict[str, list[Pair]], drops: Drops) -
         if not pairs:
             raise DataError(f"{config.path}: the {name} split has no rows left after cleaning; every split needs rows.")
     every = [pair for pairs in parts.values() for pair in pairs]
+    if config.task == Task.classification:
+        refuse_values_as_labels(config, Counter(label for _, label in every), len(SPLITS))
     return parts, label_names(config, every, _hint(drops)) if config.task == Task.classification else None
 
 

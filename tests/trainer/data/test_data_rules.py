@@ -70,6 +70,57 @@ def test_classes_too_small_to_split_are_dropped(tmp_path):
     assert kept.label_names == ["neg", "pos", "rare"] and "rare_class" not in kept.dropped
 
 
+def _labelled(labels: list[str]) -> list[list[str]]:
+    return [["text", "label"]] + [[f"text {i}", label] for i, label in enumerate(labels)]
+
+
+def test_a_score_column_is_refused_as_a_regression_target(tmp_path):
+    # Two decimals from 0 to 5: most values occur once or twice; the rare-class rule would have kept a third of the rows.
+    scores = [f"{(i * 37 % 500) / 100:.2f}" for i in range(600)]
+    path = _write(tmp_path / "d.csv", _labelled(scores))
+    with pytest.raises(DataError, match=r"column 'label' \(data.label_column\) holds 500 distinct values over 600 rows, "
+                                        r"numbers from 0 to 4.99 .*regression target.*bin the values into classes"):
+        prepare(DataConfig(path=str(path), splits=FRACTIONS), 0, tmp_path)
+
+
+def test_fractional_numbers_beyond_a_rating_scale_are_refused_even_when_each_is_common(tmp_path):
+    # A confidence column: most rows 1, the others 30 fractions of 5 rows each; no row is rare.
+    confidences = ["1"] * 300 + [f"0.{50 + i}" for i in range(30) for _ in range(5)]
+    path = _write(tmp_path / "d.csv", _labelled(confidences))
+    with pytest.raises(DataError, match=r"31 distinct values .*numbers from 0.5 to 1 .*regression target"):
+        prepare(DataConfig(path=str(path), splits=FRACTIONS), 0, tmp_path)
+
+
+def test_rating_steps_and_many_integer_classes_are_classes(tmp_path):
+    half_stars = [f"{(1 + i % 10) / 2:.1f}" for i in range(100)]  # 0.5 to 5.0: ten classes named by fractions
+    report = prepare(DataConfig(path=str(_write(tmp_path / "h.csv", _labelled(half_stars))), splits=FRACTIONS), 0,
+                     tmp_path).report
+    assert len(report.label_names) == 10 and report.dropped == {}
+    intents = [str(i % 40) for i in range(200)]  # 40 intents by number, 5 rows each
+    report = prepare(DataConfig(path=str(_write(tmp_path / "i.csv", _labelled(intents))), splits=FRACTIONS), 0,
+                     tmp_path).report
+    assert len(report.label_names) == 40 and report.dropped == {}
+
+
+def test_a_free_text_label_column_is_refused(tmp_path):
+    rows = _labelled([f"a comment about item {i}" for i in range(50)] + ["pos", "neg"] * 10)
+    with pytest.raises(DataError, match=r"holds 52 distinct values over 70 rows, labels that are free text or "
+                                        r"identifiers \(e.g. 'a comment about item 0', .*50 of the rows \(71%\).*"
+                                        r"point data.label_column at the column that holds the classes"):
+        prepare(DataConfig(path=str(_write(tmp_path / "d.csv", rows)), splits=FRACTIONS), 0, tmp_path)
+    kept = prepare(DataConfig(path=str(_write(tmp_path / "k.csv", rows[:11] + rows[51:])), splits=FRACTIONS), 0,
+                   tmp_path).report  # a few rare labels among classes: the rare-class rule drops them, as before
+    assert kept.dropped == {"rare_class": 10} and kept.label_names == ["neg", "pos"]
+
+
+def test_pre_split_files_of_scores_are_refused(tmp_path):
+    for name, start in (("train", 0), ("val", 400), ("test", 500)):
+        _write(tmp_path / f"{name}.csv", _labelled([f"{(start + i) / 97:.3f}" for i in range(100 if start else 400)]))
+    config = DataConfig(path=str(tmp_path / "train.csv"), validation_path="val.csv", test_path="test.csv")
+    with pytest.raises(DataError, match=r"regression target"):
+        prepare(config, 0, tmp_path)
+
+
 def test_mixed_type_labels_are_refused(tmp_path):
     path = tmp_path / "d.jsonl"
     rows = [{"text": f"t{i}", "label": i % 2} for i in range(10)] + [{"text": "x", "label": "positive"}]
