@@ -139,14 +139,19 @@ def _chat_format(formats: dict[str | None, str | None]) -> str | None:
     return ", ".join(f"{name}={fmt}" for name, fmt in formats.items())
 
 
-def _hint(drops: Drops) -> str:
+def _hint(config: DataConfig, drops: Drops) -> str:
     rules = [r for r in ("label_not_allowed", "rare_class", "conflicting_labels") if r in drops.counts]
-    return f" (rules that removed rows: {', '.join(rules)})" if rules else ""
+    if not rules:
+        return ""
+    # Texts that recur with other labels until no class is left: the text column holds the classes.
+    swapped = (f"; conflicting_labels drops every text that recurs with another label: if '{config.text_column}' "
+               "holds the classes, swap data.text_column and data.label_column" if "conflicting_labels" in rules else "")
+    return f" (rules that removed rows: {', '.join(rules)}{swapped})"
 
 
 def _split_one(config: DataConfig, pairs: list[Pair], drops: Drops, seed: int) -> tuple[dict[str, list[Pair]], list[str] | None]:
     pairs = drop_rare_classes(config, pairs, drops, len(SPLITS))
-    names = label_names(config, pairs, _hint(drops)) if config.task == Task.classification else None
+    names = label_names(config, pairs, _hint(config, drops)) if config.task == Task.classification else None
     return split(pairs, split_sizes(config, len(pairs)), seed, names), names
 
 
@@ -157,7 +162,7 @@ def _pre_split(config: DataConfig, parts: dict[str, list[Pair]], drops: Drops) -
     every = [pair for pairs in parts.values() for pair in pairs]
     if config.task == Task.classification:
         refuse_values_as_labels(config, Counter(label for _, label in every), len(SPLITS))
-    return parts, label_names(config, every, _hint(drops)) if config.task == Task.classification else None
+    return parts, label_names(config, every, _hint(config, drops)) if config.task == Task.classification else None
 
 
 def _label_counts(parts: dict[str, list[Pair]], names: list[str] | None) -> dict[str, dict[str, int]] | None:

@@ -113,6 +113,13 @@ def test_a_free_text_label_column_is_refused(tmp_path):
     assert kept.dropped == {"rare_class": 10} and kept.label_names == ["neg", "pos"]
 
 
+def test_swapped_text_and_label_columns_are_named(tmp_path):
+    rows = [["text", "label"]] + [["pos" if i % 2 else "neg", f"a review, number {i}"] for i in range(40)]
+    with pytest.raises(DataError, match=r"0 distinct label\(s\).*if 'text' holds the classes, swap data.text_column "
+                                        r"and data.label_column"):
+        prepare(DataConfig(path=str(_write(tmp_path / "d.csv", rows)), splits=FRACTIONS), 0, tmp_path)
+
+
 def test_pre_split_files_of_scores_are_refused(tmp_path):
     for name, start in (("train", 0), ("val", 400), ("test", 500)):
         _write(tmp_path / f"{name}.csv", _labelled([f"{(start + i) / 97:.3f}" for i in range(100 if start else 400)]))
