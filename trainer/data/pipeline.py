@@ -33,6 +33,8 @@ PLOT_FILE = "lengths.png"
 # A classifier's validation or test split under this many rows moves its accuracy more than a point per row: said in
 # the report, since the search picks among trials on validation and the export reports test.
 FEW_ROWS = 100
+# One class at least this share of the training rows: the report suggests a metric that weighs every class.
+MAJORITY_NOTE_SHARE = 0.8
 
 
 @dataclass
@@ -64,10 +66,24 @@ class DataReport:
         for split_name, counts in (self.label_counts or {}).items():
             lines.append(f"  {split_name} labels: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         if self.label_counts:
+            lines.extend(_majority(self.label_counts.get("train", {})))
             lines.extend(_few_rows(name, self.splits[name], self.pre_split) for name in ("validation", "test")
                          if 0 < self.splits.get(name, FEW_ROWS) < FEW_ROWS)
         lines.extend(_render_tokens(name, entry) for name, entry in self.tokens.items())
         return "\n".join(lines)
+
+
+def _majority(train_counts: dict[str, int]) -> list[str]:
+    """A note where one class holds most training rows: accuracy, the classifier's default metric, then rewards
+    answering that class, and a trial that learns the others may score no better."""
+    rows = sum(train_counts.values())
+    if not rows:
+        return []
+    label, count = max(train_counts.items(), key=lambda item: item[1])
+    if count < MAJORITY_NOTE_SHARE * rows:
+        return []
+    return [f"  note: '{label}' is {100 * count / rows:.0f}% of the training rows, so always answering it scores "
+            f"{count / rows:.2f} accuracy; search.metric: eval_f1_macro weighs every class alike"]
 
 
 def _few_rows(split: str, rows: int, pre_split: bool) -> str:

@@ -59,6 +59,11 @@ def test_every_cleaning_rule_is_counted(tmp_path):
         in report.render()
     large = replace(report, splits={"train": 800, "validation": 100, "test": 100})
     assert "note:" not in large.render(), "a point per row or less: nothing to say"
+    skewed = replace(large, label_counts={"train": {"neg": 720, "pos": 80}, "validation": {"neg": 90, "pos": 10}})
+    assert ("  note: 'neg' is 90% of the training rows, so always answering it scores 0.90 accuracy; search.metric: "
+            "eval_f1_macro weighs every class alike") in skewed.render()
+    balanced = replace(large, label_counts={"train": {"neg": 630, "pos": 170}})
+    assert "note:" not in balanced.render(), "79% is under the note's share"
     assert "note:" not in replace(report, label_counts=None).render(), "a causal LM has no accuracy"
     assert "; the validation file needs more rows" in replace(report, pre_split=True).render(), "the user's own split"
 
