@@ -33,6 +33,9 @@ WHY_BY_KEY = {
     "precision": " (a list of fp32, bf16, fp16 to search, or one of them)",
     "mode": " (min or max; unset, it follows search.metric)",
 }
+# What a model's name on the Hugging Face hub looks like ("bert-base-uncased", "org/model"): a models[].path written so
+# is told about hub_id.
+HUB_ID_SHAPE = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 EPOCH_NAMES = ("epochs", "num_train_epochs", "num_epochs", "max_epochs")
 EPOCHS_HINT = ("finesweep trains by budget, not by epochs: search.max_steps caps each trial, search.time_budget_minutes "
                "(or `run --time-limit`) the whole search, search.exploit.max_epochs the winner's passes over the data. "
@@ -232,9 +235,11 @@ def _check_exists(problems: list[str], where: str, given: str, path: Path, base_
         return  # already reported (e.g. an unknown pkg:// package)
     relative = "" if Path(given).is_absolute() or given.startswith(PACKAGE_SCHEME) else f" (relative to {base_dir})"
     if not path.exists():
+        hub = (f" If '{given}' names a model on the Hugging Face hub, write `hub_id: {given}` in place of `path` (its "
+               "download needs a network)." if folder and HUB_ID_SHAPE.fullmatch(given) else "")
         problems.append(f"{where}: nothing at {given!r}, resolved to {path}{relative}. Fix the path (paths in a sweep "
                         "file are relative to the sweep file's folder), or pkg://package/inside/path for a file an "
-                        "installed package ships.")
+                        f"installed package ships.{hub}")
     elif folder and not path.is_dir():
         problems.append(f"{where}: {path} is a file, but a model is a folder (config.json, weights, tokenizer files); "
                         "give the folder that holds it (for a GGUF file: the folder as path, the file name as gguf_file).")

@@ -12,6 +12,7 @@ import pytest
 
 from finesweep.search.probe.device import Device, usable_precisions
 from finesweep.spaces import SweepFileError
+from finesweep.spaces.loader import HUB_ID_SHAPE
 from tests import tiny
 
 SWEEP = """
@@ -46,6 +47,10 @@ def test_a_model_path_that_does_not_exist_is_reported_before_anything_loads(tmp_
     assert "models[0].path: nothing at 'modle'" in message and str(tmp_path) in message
     assert "1 problem:" in message, "counted as the schema's problems are"
     assert "Repo id" not in message, "not taken for a hub id"
+    assert "If 'modle' names a model on the Hugging Face hub, write `hub_id: modle` in place of `path`" in message
+    shaped = [value for value in ("bert-base-uncased", "HuggingFaceTB/SmolLM2-135M", "../models/x", "/srv/m", "a/b/c")
+              if HUB_ID_SHAPE.fullmatch(value)]
+    assert shaped == ["bert-base-uncased", "HuggingFaceTB/SmolLM2-135M"], "only a hub id's shape is told of hub_id"
 
 
 def test_a_data_file_given_as_a_model_folder_is_reported(tmp_path):
