@@ -68,7 +68,7 @@ class DataConfig(Section):
     splits: SplitSizes = Field(default_factory=SplitSizes, description="Train/validation/test sizes.")
     max_seq_len: int | None = Field(None, ge=8, description="Token limit; unset = cover the 99th percentile of lengths.")
     drop_duplicates: bool = Field(True, description="Drop rows whose text (causal_lm: the whole conversation) repeats an earlier row.")
-    normalize: bool = Field(True, description="Compare texts after Unicode NFKC, case folding and whitespace collapsing (duplicates, conflicts, leaks).")
+    normalize: bool = Field(True, description="Compare texts after Unicode NFKC, case folding and whitespace collapsing (duplicates, conflicts, leaks); a classifier's labels too: spellings equal so ('Positive', 'positive') are one class, named by the most frequent, and data.allowed_labels match them.")
     drop_conflicts: bool = Field(True, description="Drop every row of a text that appears with different labels (classification).")
     allowed_labels: list[str] | None = Field(None, min_length=2, description="Labels to keep; rows with any other label are dropped. Unset = keep all.")
     drop_rare_classes: bool = Field(True, description="Drop classes with fewer rows than splits (each split needs one of every class).")

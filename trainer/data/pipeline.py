@@ -19,7 +19,7 @@ from finesweep.spaces import resolve_path
 from finesweep.spaces.config import DataConfig, Task
 from finesweep.spaces.files import write_json_atomic
 from finesweep.trainer.data.cleaning import (
-    Drops, Pair, Read, clean, drop_rare_classes, read_pairs, refuse_values_as_labels,
+    Drops, Pair, Read, clean, drop_rare_classes, merge_label_spellings, read_pairs, refuse_values_as_labels,
 )
 from finesweep.trainer.data.lengths import save_histogram
 from finesweep.trainer.data.readers import DataError, Source, detect_format, iter_rows, saved_splits
@@ -27,7 +27,7 @@ from finesweep.trainer.data.splitting import SPLITS, drop_leaked, label_names, s
 from finesweep.trainer.data.tokenizing import publish, tokenize_summary
 
 # Bump when reading, cleaning or splitting changes, so old cache entries are never reused.
-CACHE_VERSION = "data-v6"  # v6: a label column of values (most rows in labels too rare to split) is refused
+CACHE_VERSION = "data-v6"  # v6: label spellings equal after normalising merge; a label column of values is refused
 REPORT_FILE = "report.json"
 PLOT_FILE = "lengths.png"
 # A classifier's validation or test split under this many rows moves its accuracy more than a point per row: said in
@@ -51,6 +51,7 @@ class DataReport:
     pre_split: bool = False
     tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
     chat_format: str | None = None  # causal_lm: how the rows held conversations ("train=..., test=..." if they differ)
+    merged_labels: dict[str, dict[str, Any]] = field(default_factory=dict)  # spelling -> its class and rows
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -62,6 +63,8 @@ class DataReport:
         for rule, count in self.dropped.items():
             examples = "; ".join(repr(e) for e in self.dropped_examples.get(rule, []))
             lines.append(f"  dropped {count} ({rule})" + (f", e.g. {examples}" if examples else ""))
+        if self.merged_labels:
+            lines.append(_merged(self.merged_labels))
         lines.append("  splits: " + ", ".join(f"{name} {n}" for name, n in self.splits.items()))
         for split_name, counts in (self.label_counts or {}).items():
             lines.append(f"  {split_name} labels: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
@@ -71,6 +74,12 @@ class DataReport:
                          if 0 < self.splits.get(name, FEW_ROWS) < FEW_ROWS)
         lines.extend(_render_tokens(name, entry) for name, entry in self.tokens.items())
         return "\n".join(lines)
+
+
+def _merged(merged_labels: dict[str, dict[str, Any]]) -> str:
+    spellings = ", ".join(f"{spelling!r} -> {entry['class']!r} ({entry['rows']} row{'s' if entry['rows'] != 1 else ''})"
+                          for spelling, entry in merged_labels.items())
+    return f"  labels merged (the same after data.normalize's folding of case, spaces and Unicode forms): {spellings}"
 
 
 def _majority(train_counts: dict[str, int]) -> list[str]:
@@ -145,7 +154,7 @@ def _read(config: DataConfig, source: Source, drops: Drops) -> Read:
     read = read_pairs(config, source, iter_rows(source, config.encoding), drops)
     if read.rows_in == 0:
         raise DataError(f"{source.name}: the file has no data rows (only a header, or nothing); add examples, one per row.")
-    return read._replace(pairs=clean(config, read.pairs, drops))
+    return read
 
 
 def _chat_format(formats: dict[str | None, str | None]) -> str | None:
@@ -196,6 +205,9 @@ def _build(config: DataConfig, seed: int, found: dict[str | None, Source], folde
         read = _read(config, source, drops)
         parts[name], formats[name] = read.pairs, read.chat_format
         rows_in += read.rows_in
+    # Spellings merge before the cleaning rules: 'torn' labelled pos and Pos is no conflict.
+    merged = merge_label_spellings(config, parts)
+    parts = {name: clean(config, pairs, drops) for name, pairs in parts.items()}
     if None in parts:
         parts, names = _split_one(config, parts.pop(None), drops, seed)
     else:
@@ -206,7 +218,7 @@ def _build(config: DataConfig, seed: int, found: dict[str | None, Source], folde
         source=", ".join(f"{k}={s.name}" if k else s.name for k, s in found.items()), rows_in=rows_in,
         dropped=drops.counts, dropped_examples=drops.examples, splits={k: len(parts[k]) for k in SPLITS},
         label_counts=_label_counts(parts, names), label_names=names, pre_split=None not in found,
-        chat_format=_chat_format(formats),
+        chat_format=_chat_format(formats), merged_labels=merged,
     )
     write_json_atomic(folder / REPORT_FILE, report.to_dict())
     return report

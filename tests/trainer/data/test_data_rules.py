@@ -70,6 +70,33 @@ def test_classes_too_small_to_split_are_dropped(tmp_path):
     assert kept.label_names == ["neg", "pos", "rare"] and "rare_class" not in kept.dropped
 
 
+def test_label_spellings_equal_after_folding_are_one_class(tmp_path):
+    labels = ["pos", "neg"] * 10 + ["Pos", "NEG", "Neg"]
+    rows = _labelled(labels) + [["torn", "pos"], ["torn", "Pos"]]  # one label in two spellings: no conflict
+    path = _write(tmp_path / "d.csv", rows)
+    report = prepare(DataConfig(path=str(path), splits=FRACTIONS), 0, tmp_path).report
+    assert report.label_names == ["neg", "pos"]
+    assert report.merged_labels == {"Pos": {"class": "pos", "rows": 2}, "NEG": {"class": "neg", "rows": 1},
+                                    "Neg": {"class": "neg", "rows": 1}}
+    assert report.dropped == {"duplicate": 1}, "the second 'torn' is a duplicate, not a conflict"
+    assert "labels merged (the same after data.normalize's folding of case, spaces and Unicode forms): 'Pos' -> " \
+           "'pos' (2 rows), 'NEG' -> 'neg' (1 row)" in report.render()
+    apart = prepare(DataConfig(path=str(path), splits=FRACTIONS, normalize=False, drop_rare_classes=False), 0,
+                    tmp_path).report
+    assert apart.label_names == ["NEG", "Neg", "Pos", "neg", "pos"] and apart.merged_labels == {}
+    allowed = prepare(DataConfig(path=str(path), splits=FRACTIONS, allowed_labels=["POS", "neg"]), 0, tmp_path).report
+    assert allowed.label_names == ["POS", "neg"] and "label_not_allowed" not in allowed.dropped, "named as allowed"
+
+
+def test_a_spelling_only_one_pre_split_file_has_joins_the_class(tmp_path):
+    _write(tmp_path / "train.csv", _labelled(["pos", "neg"] * 10))
+    _write(tmp_path / "val.csv", _labelled(["pos", "neg"] * 3))
+    _write(tmp_path / "test.csv", [["text", "label"]] + [[f"other {i}", "POS" if i % 2 else "neg"] for i in range(6)])
+    config = DataConfig(path=str(tmp_path / "train.csv"), validation_path="val.csv", test_path="test.csv")
+    report = prepare(config, 0, tmp_path).report
+    assert report.label_names == ["neg", "pos"] and report.label_counts["test"] == {"neg": 3, "pos": 3}
+
+
 def _labelled(labels: list[str]) -> list[list[str]]:
     return [["text", "label"]] + [[f"text {i}", label] for i, label in enumerate(labels)]
 
