@@ -96,6 +96,8 @@ class _LabelTypes:
         self.first: dict[str, tuple[int, Any]] = {}
 
     def check(self, position: int, value: Any) -> None:
+        if isinstance(value, (list, dict)):
+            raise _not_one_label(self.source, self.column, position, value)
         kind = type(value).__name__
         if value is None or kind in self.first:
             return
@@ -107,6 +109,19 @@ class _LabelTypes:
                 "ambiguous (is 1 the same class as \"1\" or \"positive\"?), so finesweep does not guess. "
                 "Fix: write every label in one type, e.g. all strings, or map the numbers to their names."
             )
+
+
+def _not_one_label(source: Source, column: str, position: int, value: Any) -> DataError:
+    """A list (or mapping) where a label should be: multi-label data, which a single-label classifier would learn as
+    one class per combination of labels without saying so."""
+    shown = repr(value)
+    return DataError(
+        f"{source.name}: column '{column}' (data.label_column) holds a {type(value).__name__} at "
+        f"{source.where(position)} ({shown[:EXAMPLE_CHARS]}): labels as lists are multi-label data, but finesweep trains "
+        "single-label classifiers (one class a row). Fix: give each row its one label as a plain value (a one-item "
+        "list as its item), or, to learn each combination as a class of its own, join the list into one string "
+        "(e.g. 'sports+politics')."
+    )
 
 
 class Read(NamedTuple):

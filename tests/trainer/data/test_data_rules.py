@@ -155,6 +155,15 @@ def test_pre_split_files_of_scores_are_refused(tmp_path):
         prepare(config, 0, tmp_path)
 
 
+def test_a_list_of_labels_is_refused_as_multi_label(tmp_path):
+    path = tmp_path / "d.jsonl"
+    rows = [{"text": f"t{i}", "label": "x"} for i in range(4)] + [{"text": "both", "label": ["x", "y"]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with pytest.raises(DataError, match=r"column 'label' \(data.label_column\) holds a list at line 5 \(\['x', 'y'\]\): "
+                                        r"labels as lists are multi-label data.*join the list into one string"):
+        prepare(DataConfig(path=str(path)), 0, tmp_path)
+
+
 def test_mixed_type_labels_are_refused(tmp_path):
     path = tmp_path / "d.jsonl"
     rows = [{"text": f"t{i}", "label": i % 2} for i in range(10)] + [{"text": "x", "label": "positive"}]
