@@ -20,6 +20,7 @@ EXAMPLE_CHARS = 80
 ENCODING_FIX = "set data.encoding: latin-1 (or cp1252) in the sweep file"
 BY_SUFFIX = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 BATCH_ROWS = 10_000
+SPREADSHEET_SUFFIXES = (".xlsx", ".xls", ".xlsm", ".ods", ".numbers")
 csv.field_size_limit(1 << 30)  # long documents are legitimate inputs, not a reason to fail
 
 Row = dict[str, Any]
@@ -80,6 +81,12 @@ def detect_format(setting: str, path: Path) -> str:
     if setting not in ("auto", "datasets"):
         return setting
     fmt = BY_SUFFIX.get(path.suffix.lower())
+    if path.suffix.lower() in SPREADSHEET_SUFFIXES:
+        raise DataError(
+            f"{path}: a spreadsheet ('{path.suffix}'), which finesweep does not read (a workbook's sheets, formulas and "
+            "formatting have no one reading as rows). Fix: save the sheet as CSV (in Excel: File > Save As > CSV UTF-8; "
+            "in LibreOffice: File > Save As > Text CSV) and point data.path at that file."
+        )
     if fmt is None:
         raise DataError(
             f"{path}: cannot tell the file format from the extension '{path.suffix}'; the known extensions are "

@@ -258,6 +258,15 @@ def test_not_parquet_is_a_data_error(tmp_path):
         prepare(_config(path), 0, tmp_path)
 
 
+@pytest.mark.parametrize(("name", "pattern"), [("d.xlsx", r"a spreadsheet \('.xlsx'\).*save the sheet as CSV"),
+                                              ("d.txt", r"cannot tell the file format from the extension '.txt'")])
+def test_a_file_of_another_kind_is_named_with_its_fix(tmp_path, name, pattern):
+    path = tmp_path / name
+    path.write_bytes(b"PK\x03\x04")
+    with pytest.raises(DataError, match=pattern):
+        prepare(_config(path), 0, tmp_path)
+
+
 @pytest.mark.parametrize(
     ("content", "pattern"),
     [(None, r"no such file"), ("", r"empty"), ("text,label\n", r"no data rows")],
