@@ -368,15 +368,18 @@ def export_command(sweep: Path = SweepArg,
 
 @app.command()
 def predict(export_dir: Path = typer.Argument(..., help="An exported model folder (e.g. runs/<sweep>/export/model)."),
-            texts: list[str] = typer.Argument(..., help="Texts (classification) or prompts (causal LM).")) -> None:
+            texts: list[str] = typer.Argument(..., help="Texts (classification) or prompts (causal LM)."),
+            pairs: list[str] = typer.Option(None, "--pair", help="A classifier of text pairs (data.text_pair_column): "
+                                            "each text's second text, one --pair per text, in order.")) -> None:
     """Run an exported model on a few texts (a smoke test of the export)."""
     _quiet_libraries(False)
     with user_errors():
         _check_model_folder(export_dir)
         from finesweep.trainer.serving.predict import predict as run_predict
 
-        for text, answer in zip(texts, run_predict(export_dir, texts)):
-            typer.echo(f"{text!r} -> {json.dumps(answer)}")
+        shown = [f"{text!r} + {pair!r}" for text, pair in zip(texts, pairs)] if pairs else [repr(t) for t in texts]
+        for text, answer in zip(shown, run_predict(export_dir, texts, pairs or None)):
+            typer.echo(f"{text} -> {json.dumps(answer)}")
 
 
 def _check_model_folder(folder: Path) -> None:

@@ -53,6 +53,7 @@ class DataConfig(Section):
     encoding: str = Field("utf-8", description="Text encoding of CSV/TSV/JSONL files (utf-8 also accepts a BOM).")
     task: Task = Field(Task.classification, description="classification (text -> label) or causal_lm (prompt + response).")
     text_column: str = Field("text", description="Input text column (classification).")
+    text_pair_column: str | None = Field(None, description="A second input text column, for a classifier of text pairs (entailment, paraphrase, a question and a passage): each row's two texts are one input, tokenized as the model's pair ([CLS] first [SEP] second [SEP] for BERT, with its segment ids); an empty second text drops the row as an empty one; duplicates, conflicts and leaks compare the pair. Unset = one text a row.")
     label_column: str = Field("label", description="Label column (classification); each distinct label is a class, mapped to an id (a whole number stored as a float, 1.0, is the class '1'). A column of values rather than classes is refused: more than 20 distinct numbers with fractions (a score: finesweep has no regression task), or most rows in values too rare to split (free text, ids).")
     prompt_column: str = Field("prompt", description="Prompt column (causal_lm); no loss on its tokens.")
     response_column: str = Field("response", description="Response column (causal_lm); the loss is on these tokens.")
@@ -87,6 +88,20 @@ class DataConfig(Section):
         # Compared with the default, not model_fields_set: a dumped config (resume, each trial) sets every field.
         if self.validation_path is not None and self.splits != SplitSizes():
             raise ValueError("splits cannot be set with pre-split input (validation_path, test_path): the files are the splits; remove splits")
+        return self
+
+    @model_validator(mode="after")
+    def _text_pair(self) -> "DataConfig":
+        if self.text_pair_column is None:
+            return self
+        if self.task != Task.classification:
+            raise ValueError(
+                f"text_pair_column '{self.text_pair_column}' is for a classifier of text pairs (task: classification), "
+                f"but task is {self.task.value}; remove text_pair_column, or set task: classification")
+        if self.text_pair_column in (self.text_column, self.label_column):
+            raise ValueError(
+                f"text_pair_column '{self.text_pair_column}' is also the text or the label column (text_column "
+                f"'{self.text_column}', label_column '{self.label_column}'); name the column of the pair's second text")
         return self
 
 

@@ -22,6 +22,9 @@ HEAD_MODULES = ["classifier", "score"]
 # The transformers auto class a model of each task loads with (by name: the model card writes it in its code).
 AUTO_CLASS_NAMES = {Task.classification: "AutoModelForSequenceClassification", Task.causal_lm: "AutoModelForCausalLM"}
 # The transformers pipeline task of a model of each task (MLflow's flavor and the model card's metadata name it).
+# An exported classifier of text pairs records its two input columns under this config.json key (data.text_column,
+# data.text_pair_column): `predict`, the ONNX export and the model card read it to feed the model pairs.
+TEXT_PAIR_KEY = "finesweep_text_pair"
 PIPELINE_TASKS = {Task.classification: "text-classification", Task.causal_lm: "text-generation"}
 
 
@@ -58,6 +61,11 @@ def auto_config(folder: str | Path) -> Any:
 
     register_own_heads()
     return AutoConfig.from_pretrained(folder)
+
+
+def text_pair_columns(model_config: Any) -> list[str] | None:
+    """The two input columns of a classifier of text pairs (TEXT_PAIR_KEY), None for one text a row."""
+    return getattr(model_config, TEXT_PAIR_KEY, None)
 
 
 def copy_config_without_code(full_dir: Path, out_dir: Path) -> None:

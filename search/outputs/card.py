@@ -44,7 +44,8 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
         _metrics_section(metrics, task, warnings),
         _deploy_section(deploy) if deploy else "",
         _generation_section(metrics, examples, (baseline or {}).get("untuned_test")) if examples else "",
-        usage_section(metrics, task, mean_pooled=mean_pooled(config, best)),
+        usage_section(metrics, task, mean_pooled=mean_pooled(config, best),
+                      text_pair=config.data.text_pair_column is not None),
         adapter_section(config, best, task) if has_adapter else "",
     ]
     return "\n".join(parts)
@@ -110,6 +111,9 @@ def _origin_section(config: SweepConfig, best: dict, task: Task, chat_format: st
 def _data_columns(data: DataConfig, task: Task, chat_format: str | None) -> str:
     """The columns the sweep read: a classifier's text and label; a causal LM's by the chat format the data report
     found (the files' formats where pre-split files differ, `train=..., test=...`)."""
+    if task == Task.classification and data.text_pair_column is not None:
+        return (f"columns: text pairs `{data.text_column}` and `{data.text_pair_column}`, label "
+                f"`{data.label_column}`")
     if task == Task.classification:
         return f"columns: text `{data.text_column}`, label `{data.label_column}`"
     columns = {

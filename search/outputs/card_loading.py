@@ -25,8 +25,15 @@ def mean_pooled(config: SweepConfig, best: dict) -> bool:
     return winner is not None and winner.pooling == "mean"
 
 
-def usage_section(metrics: dict[str, dict[str, float]], task: Task, mean_pooled: bool = False) -> str:
+# What the snippets tokenize: one text, or (a classifier of text pairs) a text and its pair, as the model trained.
+ONE_TEXT = '["an example"]'
+TWO_TEXTS = '["a first text"], ["its second text"]'
+
+
+def usage_section(metrics: dict[str, dict[str, float]], task: Task, mean_pooled: bool = False,
+                  text_pair: bool = False) -> str:
     auto = AUTO_CLASS_NAMES[task]
+    texts = TWO_TEXTS if text_pair else ONE_TEXT
     lines = ["## How to load\n", "The PyTorch folders load with plain transformers (weights are safetensors):\n"]
     if mean_pooled:
         lines.append(f"The head reads the mean of the token states (the sweep file's `pooling: mean`), which no "
@@ -47,14 +54,14 @@ def usage_section(metrics: dict[str, dict[str, float]], task: Task, mean_pooled:
         *[f'model = {auto}.from_pretrained("{variant_folder(v)}"{_device_map(v)}{remote})  # {v}' for v in torch_variants],
         f'tokenizer = AutoTokenizer.from_pretrained("{variant_folder(FULL)}")',
         "# inputs where the model is: bitsandbytes places a quantized model on the GPU when there is one",
-        'inputs = tokenizer(["an example"], return_tensors="pt").to(model.device)',
+        f'inputs = tokenizer({texts}, return_tensors="pt").to(model.device)',
         "outputs = model(**inputs)",
         "```",
         "",
     ]
     if Quantization.onnx_int8.value in metrics:
         folder = variant_folder(Quantization.onnx_int8.value)
-        lines += onnx_decoder_usage(folder) if task == Task.causal_lm else onnx_usage(folder)
+        lines += onnx_decoder_usage(folder) if task == Task.causal_lm else onnx_usage(folder, texts)
     lines += _gguf_usage([v for v in metrics if v != FULL and Quantization(v).is_gguf])
     return "\n".join(lines)
 
@@ -121,7 +128,7 @@ def onnx_decoder_usage(folder: str) -> list[str]:
     ]
 
 
-def onnx_usage(folder: str) -> list[str]:
+def onnx_usage(folder: str, texts: str = ONE_TEXT) -> list[str]:
     """ONNX Runtime's own way: a session on the graph, the folder's tokenizer, the labels from its config.json."""
     return [
         f"`{folder}` runs in ONNX Runtime with dynamic int8 quantization (`pip install onnxruntime transformers`; "
@@ -132,7 +139,7 @@ def onnx_usage(folder: str) -> list[str]:
         "",
         f'session = onnxruntime.InferenceSession("{folder}/model.onnx")',
         f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
-        'inputs = tokenizer(["an example"], return_tensors="np")',
+        f'inputs = tokenizer({texts}, return_tensors="np")',
         'logits = session.run(["logits"], {i.name: inputs[i.name] for i in session.get_inputs()})[0]',
         f'labels = [AutoConfig.from_pretrained("{folder}").id2label[int(i)] for i in logits.argmax(-1)]',
         "```",

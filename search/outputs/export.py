@@ -26,7 +26,7 @@ from finesweep.search.selection.deploy import CPU_PREFIX, PRIMARY, TIMINGS, depl
 from finesweep.spaces import SweepConfig, Task
 from finesweep.spaces.files import write_json_atomic
 from finesweep.trainer.data.chat import resolve_template
-from finesweep.trainer.models import load_checkpoint, load_model, with_pad_token
+from finesweep.trainer.models import TEXT_PAIR_KEY, load_checkpoint, load_model, with_pad_token
 from finesweep.trainer.serving.evaluate import (RowScores, evaluate, evaluate_rows, folder_size_bytes, layer_bytes,
                                                 model_device, saved_tensors, serving_speed)
 from finesweep.trainer.serving.generate import decode_speed, score_generation
@@ -227,6 +227,8 @@ def _save_full(config: SweepConfig, checkpoint_dir: Path, tokenizer_source: Path
         tokenizer.chat_template = resolve_template(config.data.chat_template, tokenizer, best.get("model", "best"))
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id  # batched classification needs it in the config
+    if config.data.text_pair_column is not None:
+        setattr(model.config, TEXT_PAIR_KEY, [config.data.text_column, config.data.text_pair_column])
     _complete_generation_config(model, tokenizer)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)

@@ -1,6 +1,7 @@
 """Cleaning rules: each one configurable in DataConfig and each counted, with a few examples, in the report.
 
-Rows are reduced to (text, label) pairs, or for causal_lm (conversation before the last reply, last reply)
+Rows are reduced to (text, label) pairs (with data.text_pair_column, the text is the row's two texts as a JSON list,
+so every rule compares the pair whole), or for causal_lm (conversation before the last reply, last reply)
 pairs (the conversation, read from any of chat_formats.py's formats, kept as JSON text), as they stream in;
 duplicate and conflict rules keep 16-byte digests rather than the texts, so a million rows cost little beyond the
 pairs themselves.
@@ -9,6 +10,7 @@ pairs themselves.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import unicodedata
 from collections import Counter
@@ -28,6 +30,7 @@ MOST_ROWS_RARE = 0.5
 # fractions are the steps of a rating scale (0.5 to 5.0 in halves: 10).
 MAX_FRACTIONAL_CLASSES = 20
 EMPTY = "(empty)"
+TEXT_PAIR = "text_pair"  # a prepared split's column of the pairs' second texts (the tokenizer's argument's name)
 Pair = tuple[str, str]
 
 
@@ -41,10 +44,23 @@ def text_key(config: DataConfig, text: str) -> bytes:
     return hashlib.blake2b((normalise(text) if config.normalize else text).encode(), digest_size=16).digest()
 
 
+def text_pair(first: str, second: str) -> str:
+    """A row's two texts (data.text_pair_column) as the one text the rules compare: a JSON list, which no text
+    can be confused with and which keeps either text whole (no separator to escape)."""
+    return json.dumps([first, second], ensure_ascii=False)
+
+
+def split_text_pair(text: str) -> tuple[str, str]:
+    first, second = json.loads(text)
+    return first, second
+
+
 def _example(pair: Pair) -> str:
     first = pair[0]
     if first.startswith("[{"):  # a conversation (causal_lm): shown as turns, not as JSON
         first = chat.readable(chat.from_cell(first))
+    elif first.startswith('["'):  # a text pair: shown as its two texts
+        first = " | ".join(split_text_pair(first))
     text = " | ".join(part for part in (first, pair[1]) if part) or EMPTY
     return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 3] + "..."
 
@@ -64,9 +80,10 @@ class Drops:
 
 
 def check_columns(config: DataConfig, source: Source, row: Row) -> None:
-    """A classification file's text and label columns (causal_lm's are chat_formats.detect's)."""
+    """A classification file's text (and text pair) and label columns (causal_lm's are chat_formats.detect's)."""
     present = list(row)
-    for key, column in (("text", config.text_column), ("label", config.label_column)):
+    wanted = [("text", config.text_column), ("text_pair", config.text_pair_column), ("label", config.label_column)]
+    for key, column in ((key, column) for key, column in wanted if column is not None):
         if column not in present:
             raise DataError(
                 f"{source.name}: no column '{column}' (data.{key}_column); the file has columns {present}. "
@@ -134,7 +151,7 @@ class Read(NamedTuple):
 
 def read_pairs(config: DataConfig, source: Source, rows: Iterable[tuple[int, Row]], drops: Drops) -> Read:
     """The non-empty pairs with an allowed label, the number of rows read, and (causal_lm) their chat format."""
-    first, second = config.text_column, config.label_column
+    second = config.label_column
     types = _LabelTypes(source, second) if config.task == Task.classification else None
     allowed = _allowed_spellings(config)
     pairs: list[Pair] = []
@@ -151,14 +168,33 @@ def read_pairs(config: DataConfig, source: Source, rows: Iterable[tuple[int, Row
         if to_conversation is not None:
             pair = _conversation_pair(to_conversation(row, f"{source.name}: {source.where(position)}"))
         else:
-            pair = (cell_text(row.get(first)), label_text(row.get(second)))
+            pair = (_input_text(config, row), label_text(row.get(second)))
         if not (pair[0] and pair[1]):
-            drops.add("empty", (pair[0] or EMPTY, pair[1] or EMPTY))  # the example shows which part was empty
+            # The example shows which part was empty (of a text pair, which text).
+            drops.add("empty", (pair[0] or _shown_input(config, row), pair[1] or EMPTY))
         elif allowed is not None and _label_key(config, pair[1]) not in allowed:
             drops.add("label_not_allowed", pair)
         else:
             pairs.append(pair if allowed is None else (pair[0], allowed[_label_key(config, pair[1])]))
     return Read(pairs, rows_in, fmt)
+
+
+def _input_text(config: DataConfig, row: Row) -> str:
+    """A classifier's input: the text column's cell, or with data.text_pair_column both texts (empty where either
+    is, so the empty rule drops the row)."""
+    first = cell_text(row.get(config.text_column))
+    if config.text_pair_column is None:
+        return first
+    second = cell_text(row.get(config.text_pair_column))
+    return text_pair(first, second) if first and second else ""
+
+
+def _shown_input(config: DataConfig, row: Row) -> str:
+    """An empty input as the report's example shows it: EMPTY, or a text pair's two texts with the empty one so."""
+    if config.text_pair_column is None or config.task != Task.classification:
+        return EMPTY
+    texts = (cell_text(row.get(config.text_column)), cell_text(row.get(config.text_pair_column)))
+    return " | ".join(text or EMPTY for text in texts)
 
 
 def _label_key(config: DataConfig, label: str) -> str:

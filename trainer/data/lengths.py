@@ -8,6 +8,7 @@ import numpy as np
 
 from finesweep.spaces import Task
 from finesweep.trainer.data import chat
+from finesweep.trainer.data.cleaning import TEXT_PAIR
 
 COVERED_PERCENTILE = 99
 
@@ -18,7 +19,8 @@ def token_lengths(prepared_folder: Path, tokenizer, task: Task, sample: int = 50
     the conversation rendered as tokenizing renders it)."""
     train = _training_sample(prepared_folder, sample)
     if task == Task.classification:
-        return np.array([len(ids) for ids in tokenizer(list(train["text"]), add_special_tokens=True)["input_ids"]])
+        pairs = list(train[TEXT_PAIR]) if TEXT_PAIR in train.column_names else None
+        return np.array([len(ids) for ids in tokenizer(list(train["text"]), pairs, add_special_tokens=True)["input_ids"]])
     texts = [chat.render(chat.from_cell(cell), tokenizer, chat_template)[0] for cell in train[chat.MESSAGES]]
     ids = tokenizer(texts, add_special_tokens=chat_template is None)["input_ids"]
     return np.array([len(row) for row in ids])

@@ -8,7 +8,7 @@ import numpy as np
 
 from finesweep.spaces.config import DataConfig, Task
 from finesweep.trainer.data.chat import ASSISTANT, MESSAGES, from_cell, to_cell
-from finesweep.trainer.data.cleaning import Drops, Pair, text_key
+from finesweep.trainer.data.cleaning import TEXT_PAIR, Drops, Pair, split_text_pair, text_key
 from finesweep.trainer.data.readers import DataError
 
 if TYPE_CHECKING:
@@ -101,8 +101,14 @@ def to_dataset(config: DataConfig, pairs: list[Pair], names: list[str] | None) -
         return Dataset.from_dict({MESSAGES: [to_cell(from_cell(context) + [{"role": ASSISTANT, "content": reply}])
                                              for context, reply in pairs]})
     index = {name: i for i, name in enumerate(names or [])}
-    features = Features({"text": Value("string"), "label": ClassLabel(names=names)})
-    return Dataset.from_dict({"text": [p[0] for p in pairs], "label": [index[p[1]] for p in pairs]}, features=features)
+    labels = {"label": [index[p[1]] for p in pairs]}
+    if config.text_pair_column is None:
+        features = Features({"text": Value("string"), "label": ClassLabel(names=names)})
+        return Dataset.from_dict({"text": [p[0] for p in pairs], **labels}, features=features)
+    # Text pairs: the two texts in columns of their own, as the tokenizer takes them (text, text_pair).
+    firsts, seconds = zip(*(split_text_pair(p[0]) for p in pairs)) if pairs else ((), ())
+    features = Features({"text": Value("string"), TEXT_PAIR: Value("string"), "label": ClassLabel(names=names)})
+    return Dataset.from_dict({"text": list(firsts), TEXT_PAIR: list(seconds), **labels}, features=features)
 
 
 def drop_leaked(config: DataConfig, parts: dict[str, list[Pair]], drops: Drops) -> dict[str, list[Pair]]:

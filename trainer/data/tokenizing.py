@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from finesweep.spaces.config import Task
 from finesweep.spaces.files import write_json_atomic
 from finesweep.trainer.data import chat
+from finesweep.trainer.data.cleaning import TEXT_PAIR
 from finesweep.trainer.data.readers import DataError
 
 if TYPE_CHECKING:
@@ -46,15 +47,21 @@ def _key(prepared_folder: Path, tokenizer: Any, task: Task, max_seq_len: int, to
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
-def _lengths(tokenizer: Any, texts: list[str], add_special_tokens: bool = True) -> list[int]:
-    return [len(ids) for ids in tokenizer(texts, truncation=False, add_special_tokens=add_special_tokens)["input_ids"]]
+def _lengths(tokenizer: Any, texts: list[str], pairs: list[str] | None = None, add_special_tokens: bool = True) -> list[int]:
+    ids = tokenizer(texts, pairs, truncation=False, add_special_tokens=add_special_tokens)["input_ids"]
+    return [len(row) for row in ids]
 
 
 def _classification_fn(tokenizer: Any, max_seq_len: int):
     def encode(batch: dict[str, list]) -> dict[str, list]:
-        out = tokenizer(batch["text"], truncation=True, max_length=max_seq_len)
-        return {"input_ids": out["input_ids"], "attention_mask": out["attention_mask"], "labels": batch["label"],
-                TOO_LONG: [n > max_seq_len for n in _lengths(tokenizer, batch["text"])]}
+        # Text pairs go in as the tokenizer's pair (its separator; truncation shortens the longer text first), with
+        # the segment ids of a model that has them (BERT's token_type_ids): which text a token is from.
+        texts = (batch["text"], batch[TEXT_PAIR]) if TEXT_PAIR in batch else (batch["text"],)
+        out = tokenizer(*texts, truncation=True, max_length=max_seq_len)
+        kept = ["input_ids", "attention_mask"] + (["token_type_ids"] if len(texts) > 1 and "token_type_ids" in out
+                                                  else [])
+        return {**{name: out[name] for name in kept}, "labels": batch["label"],
+                TOO_LONG: [n > max_seq_len for n in _lengths(tokenizer, *texts)]}
 
     return encode
 
@@ -77,7 +84,7 @@ def _causal_fn(tokenizer: Any, max_seq_len: int, template: str | None):
         labels = [assistant_labels(ids, offsets, spans)
                   for ids, offsets, (_, spans) in zip(out["input_ids"], out["offset_mapping"], rendered)]
         return {"input_ids": out["input_ids"], "attention_mask": out["attention_mask"], "labels": labels,
-                TOO_LONG: [n > max_seq_len for n in _lengths(tokenizer, texts, special)]}
+                TOO_LONG: [n > max_seq_len for n in _lengths(tokenizer, texts, add_special_tokens=special)]}
 
     return encode
 

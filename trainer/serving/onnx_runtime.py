@@ -19,7 +19,9 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Iterator
 
 from finesweep.spaces import Task
-from finesweep.trainer.models import HEAD_MODULES, auto_config, copy_config_without_code, copy_tokenizer, load_checkpoint
+from finesweep.trainer.models import (
+    HEAD_MODULES, auto_config, copy_config_without_code, copy_tokenizer, load_checkpoint, text_pair_columns,
+)
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -28,6 +30,7 @@ log = logging.getLogger(__name__)
 
 ONNX_FILE = "model.onnx"
 INPUTS = ("input_ids", "attention_mask")
+SEGMENT_IDS = "token_type_ids"  # a classifier of text pairs on a model with segments (BERT) reads them too
 # The example batch the exporter traces: two rows of eight tokens, so neither dimension is specialised to 1.
 EXAMPLE_SHAPE = (2, 8)
 # The exporter lists, once per process, the torchvision operators it skips when torchvision is not installed (a
@@ -65,17 +68,31 @@ def _export_graph(full_dir: Path, path: Path) -> None:
     import torch
 
     model = load_checkpoint(str(full_dir), Task.classification, dtype=torch.float32).eval()
+    inputs = graph_inputs(full_dir, model.config)
     example = {"input_ids": torch.randint(0, model.config.vocab_size, EXAMPLE_SHAPE),
                "attention_mask": torch.ones(EXAMPLE_SHAPE, dtype=torch.long)}
+    if SEGMENT_IDS in inputs:
+        example[SEGMENT_IDS] = torch.tensor([[0] * 4 + [1] * 4] * EXAMPLE_SHAPE[0])  # two segments, as a pair has
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     with warnings.catch_warnings(), quiet(EXPORTER_LOGGER):
-        # Both inputs share the two dimensions on purpose; the exporter says so once per axis.
+        # The inputs share the two dimensions on purpose; the exporter says so once per axis.
         warnings.filterwarnings("ignore", message=".*will not be used, since it shares the same shape constraints")
-        program = torch.onnx.export(model, (), kwargs=example, dynamo=True, input_names=list(INPUTS),
+        program = torch.onnx.export(model, (), kwargs=example, dynamo=True, input_names=list(inputs),
                                     output_names=["logits"], verbose=False,
-                                    dynamic_shapes={name: {0: batch, 1: sequence} for name in INPUTS})
+                                    dynamic_shapes={name: {0: batch, 1: sequence} for name in inputs})
     program.save(str(path))
     _drop_shape_annotations(path)
+
+
+def graph_inputs(full_dir: Path, model_config: Any) -> tuple[str, ...]:
+    """The graph's inputs: the token ids and their mask, and for a classifier of text pairs the segment ids where
+    its tokenizer makes them (the model learned which text a token is from; a one-text classifier's are all 0)."""
+    from transformers import AutoTokenizer
+
+    if text_pair_columns(model_config) is None:
+        return INPUTS
+    segments = SEGMENT_IDS in AutoTokenizer.from_pretrained(full_dir).model_input_names
+    return INPUTS + ((SEGMENT_IDS,) if segments else ())
 
 
 def _drop_shape_annotations(graph: Path) -> None:
@@ -140,12 +157,15 @@ class OnnxClassifier:
     def eval(self) -> "OnnxClassifier":
         return self
 
-    def __call__(self, input_ids: Any, attention_mask: Any = None, labels: Any = None, **_: Any) -> SimpleNamespace:
+    def __call__(self, input_ids: Any, attention_mask: Any = None, labels: Any = None, token_type_ids: Any = None,
+                 **_: Any) -> SimpleNamespace:
         import torch
 
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        given = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        given = {"input_ids": input_ids, "attention_mask": attention_mask, SEGMENT_IDS: token_type_ids}
         feed = {name: given[name].cpu().numpy() for name in self.input_names}
         logits = torch.from_numpy(self.session.run(["logits"], feed)[0])
         loss = None if labels is None else torch.nn.functional.cross_entropy(logits, labels.cpu())

@@ -5,16 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from finesweep.spaces import Task
+from finesweep.spaces import SweepFileError, Task
 from finesweep.trainer.data.chat import conversation_from_columns, own_template, render_prompt
-from finesweep.trainer.models import auto_config
+from finesweep.trainer.models import auto_config, text_pair_columns
 from finesweep.trainer.serving.loader import load_exported
 
 MAX_NEW_TOKENS = 32
 
 
-def predict(model_dir: Path, texts: list[str]) -> list[dict]:
-    """classification -> [{"label", "score"}]; causal_lm -> [{"generated"}] (greedy, new text only).
+def predict(model_dir: Path, texts: list[str], pairs: list[str] | None = None) -> list[dict]:
+    """classification -> [{"label", "score"}]; causal_lm -> [{"generated"}] (greedy, new text only). `pairs`: a
+    classifier of text pairs' second texts, one per text.
 
     A bitsandbytes-quantized folder loads the same way (its quantization_config is in config.json), and an
     onnx-int8 folder through ONNX Runtime.
@@ -22,13 +23,30 @@ def predict(model_dir: Path, texts: list[str]) -> list[dict]:
     from transformers import AutoTokenizer
 
     task = folder_task(model_dir)
+    check_pairs(model_dir, task, len(texts), pairs)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = _load(model_dir, task)
     if task == Task.classification:
-        return _classify(model, tokenizer, texts)
+        return _classify(model, tokenizer, texts, pairs)
     return [_generate(model, tokenizer, text) for text in texts]
+
+
+def check_pairs(model_dir: Path, task: Task, texts: int, pairs: list[str] | None) -> None:
+    """A classifier of text pairs gets one second text per text, and any other model none (SweepFileError: the
+    command line's mistake)."""
+    columns = text_pair_columns(auto_config(model_dir)) if task == Task.classification else None
+    if columns is not None and (pairs is None or len(pairs) != texts):
+        given = "none" if pairs is None else len(pairs)
+        raise SweepFileError(
+            f"{model_dir}: this model classifies text pairs (trained on columns '{columns[0]}' and '{columns[1]}'), "
+            f"so each of the {texts} texts needs its second text, but --pair gave {given}. Fix: add one --pair "
+            "TEXT per text, in the same order, e.g. finesweep predict DIR 'first text' --pair 'second text'.")
+    if columns is None and pairs:
+        raise SweepFileError(
+            f"{model_dir}: this model reads one text a row (it was not trained on data.text_pair_column), but "
+            f"--pair gave {len(pairs)} second texts. Fix: leave out --pair.")
 
 
 def folder_task(model_dir: Path) -> Task:
@@ -48,10 +66,10 @@ def _load(model_dir: Path, task: Task) -> Any:
     return model
 
 
-def _classify(model: Any, tokenizer: Any, texts: list[str]) -> list[dict]:
+def _classify(model: Any, tokenizer: Any, texts: list[str], pairs: list[str] | None) -> list[dict]:
     import torch
 
-    inputs = tokenizer(texts, padding=True, truncation=True, return_tensors="pt").to(model.device)
+    inputs = tokenizer(texts, pairs, padding=True, truncation=True, return_tensors="pt").to(model.device)
     with torch.no_grad():
         probs = model(**inputs).logits.float().softmax(dim=-1)
     scores, ids = probs.max(dim=-1)
