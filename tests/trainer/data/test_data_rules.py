@@ -314,3 +314,58 @@ def test_a_binary_file_named_csv_is_said_to_be_one(tmp_path, header):
     config = DataConfig(path=str(path), encoding="latin-1")  # latin-1 decodes any byte: only the NUL check can tell
     with pytest.raises(DataError, match=r"data.csv: this is not a text file \(it holds NUL bytes\).*CSV.*export it"):
         prepare(config, 0, tmp_path / "cache")
+
+
+# ---------------------------------------------------------------- text pairs (data.text_pair_column)
+
+
+def _pairs_file(tmp_path: Path, extra: list[list[str]]) -> Path:
+    rows = [["premise", "hypothesis", "label"]]
+    rows += [[f"a man plays {i}", f"someone plays {i}", "yes" if i % 2 else "no"] for i in range(20)]
+    return _write(tmp_path / "pairs.csv", rows + extra)
+
+
+def _pair_config(path: Path, **fields) -> DataConfig:
+    return DataConfig(path=str(path), text_column="premise", text_pair_column="hypothesis", splits=FRACTIONS, **fields)
+
+
+def test_text_pairs_are_compared_whole_by_the_cleaning_rules(tmp_path):
+    """A pair repeats only where both texts do; its label conflicts only with the same pair's; either text empty
+    is an empty row, and the report's example says which."""
+    extra = [["a man plays 1", "someone plays 1", "yes"],           # the same pair again
+             ["A MAN plays 3", "someone  PLAYS 3", "yes"],          # the same after normalising
+             ["a man plays 1", "nobody plays", "no"],               # the same premise, another hypothesis: kept
+             ["torn", "apart", "yes"], ["torn", "apart", "no"],     # one pair, two labels
+             ["left alone", "", "yes"]]
+    prepared = prepare(_pair_config(_pairs_file(tmp_path, extra)), 0, tmp_path)
+    report = prepared.report
+    assert report.dropped == {"duplicate": 1, "near_duplicate": 1, "conflicting_labels": 2, "empty": 1}
+    assert report.dropped_examples["empty"] == ["left alone | (empty) | yes"]
+    assert report.dropped_examples["conflicting_labels"] == ["torn | apart | yes", "torn | apart | no"]
+    assert sum(report.splits.values()) == 21
+    splits = data.load_tokenized(prepared.folder)
+    assert splits["train"].column_names == ["text", "text_pair", "label"]
+    rows = [(row["text"], row["text_pair"]) for part in splits.values() for row in part]
+    assert ("a man plays 1", "nobody plays") in rows and ("a man plays 1", "someone plays 1") in rows
+
+
+def test_text_pairs_are_tokenized_as_the_tokenizers_pair_with_segment_ids(tmp_path, tiny_classifier):
+    from transformers import AutoTokenizer
+
+    config = _pair_config(_pairs_file(tmp_path, []))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_classifier)
+    folder = data.tokenize(prepare(config, 0, tmp_path), tokenizer, Task.classification, 32, tmp_path)
+    row = data.load_tokenized(folder)["train"][0]
+    assert row["input_ids"].count(tokenizer.sep_token_id) == 2  # [CLS] first [SEP] second [SEP]
+    second_starts = row["input_ids"].index(tokenizer.sep_token_id) + 1
+    assert row["token_type_ids"] == [0] * second_starts + [1] * (len(row["input_ids"]) - second_starts)
+
+
+def test_a_missing_pair_column_and_a_pair_column_where_none_belongs_are_named(tmp_path):
+    path = _write(tmp_path / "d.csv", _base())
+    with pytest.raises(DataError, match=r"no column 'hypothesis' \(data.text_pair_column\)"):
+        prepare(DataConfig(path=str(path), text_pair_column="hypothesis", splits=FRACTIONS), 0, tmp_path)
+    with pytest.raises(ValidationError, match="text_pair_column 'context' is for a classifier of text pairs"):
+        DataConfig(path=str(path), task="causal_lm", text_pair_column="context")
+    with pytest.raises(ValidationError, match="is also the text or the label column"):
+        DataConfig(path=str(path), text_pair_column="label")
