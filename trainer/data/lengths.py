@@ -9,6 +9,7 @@ import numpy as np
 from finesweep.spaces import Task
 from finesweep.trainer.data import chat
 from finesweep.trainer.data.cleaning import TEXT_PAIR
+from finesweep.trainer.data.tokenizing import check_marks_pairs
 
 COVERED_PERCENTILE = 99
 
@@ -20,6 +21,8 @@ def token_lengths(prepared_folder: Path, tokenizer, task: Task, sample: int = 50
     train = _training_sample(prepared_folder, sample)
     if task == Task.classification:
         pairs = list(train[TEXT_PAIR]) if TEXT_PAIR in train.column_names else None
+        if pairs is not None:
+            check_marks_pairs(tokenizer)  # the first place a candidate's tokenizer meets the pairs
         return np.array([len(ids) for ids in tokenizer(list(train["text"]), pairs, add_special_tokens=True)["input_ids"]])
     texts = [chat.render(chat.from_cell(cell), tokenizer, chat_template)[0] for cell in train[chat.MESSAGES]]
     ids = tokenizer(texts, add_special_tokens=chat_template is None)["input_ids"]

@@ -52,11 +52,27 @@ def _lengths(tokenizer: Any, texts: list[str], pairs: list[str] | None = None, a
     return [len(row) for row in ids]
 
 
+def check_marks_pairs(tokenizer: Any) -> None:
+    """DataError where the tokenizer joins a text pair with nothing between the texts (GPT-2's and Qwen's add no
+    special token to a pair): the model could not tell where the second text starts. BERT's [SEP], RoBERTa's </s>
+    and Llama's BOS mark it."""
+    if tokenizer.num_special_tokens_to_add(pair=True) > tokenizer.num_special_tokens_to_add(pair=False):
+        return
+    raise DataError(
+        f"tokenizer {tokenizer.name_or_path}: data.text_pair_column is set, but this tokenizer puts a text pair "
+        "together with no token between the two texts, so the model could not tell where the second begins. Fix: "
+        "use an encoder whose tokenizer separates pairs (BERT, RoBERTa, MiniLM, DeBERTa), or join the two columns "
+        "into one yourself with a separator the model can read (e.g. 'premise: ... hypothesis: ...') and unset "
+        "data.text_pair_column.")
+
+
 def _classification_fn(tokenizer: Any, max_seq_len: int):
     def encode(batch: dict[str, list]) -> dict[str, list]:
         # Text pairs go in as the tokenizer's pair (its separator; truncation shortens the longer text first), with
         # the segment ids of a model that has them (BERT's token_type_ids): which text a token is from.
         texts = (batch["text"], batch[TEXT_PAIR]) if TEXT_PAIR in batch else (batch["text"],)
+        if len(texts) > 1:
+            check_marks_pairs(tokenizer)
         out = tokenizer(*texts, truncation=True, max_length=max_seq_len)
         kept = ["input_ids", "attention_mask"] + (["token_type_ids"] if len(texts) > 1 and "token_type_ids" in out
                                                   else [])

@@ -369,3 +369,17 @@ def test_a_missing_pair_column_and_a_pair_column_where_none_belongs_are_named(tm
         DataConfig(path=str(path), task="causal_lm", text_pair_column="context")
     with pytest.raises(ValidationError, match="is also the text or the label column"):
         DataConfig(path=str(path), text_pair_column="label")
+
+
+def test_a_tokenizer_that_joins_a_pair_with_nothing_between_is_refused(tmp_path, tiny_causal_lm):
+    """GPT-2's tokenizer concatenates a pair as it is: the second text's start would be lost to the model."""
+    from transformers import AutoTokenizer
+
+    from finesweep.trainer.data.lengths import token_lengths
+
+    prepared = prepare(_pair_config(_pairs_file(tmp_path, [])), 0, tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_causal_lm)
+    with pytest.raises(DataError, match="puts a text pair together with no token between the two texts"):
+        token_lengths(prepared.folder, tokenizer, Task.classification)
+    with pytest.raises(DataError, match="unset data.text_pair_column"):
+        data.tokenize(prepared, tokenizer, Task.classification, 32, tmp_path)
