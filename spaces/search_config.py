@@ -57,6 +57,12 @@ class BaselineRecipe(Section):
 
 AUTO_SHARE_UNPLANNED = 0.4  # search.exploit.share auto where the plan measured nothing to resolve it from
 MAX_SHARE = 0.9
+# search.exploit.max_epochs auto, a classifier's: the passes that make this many training samples, within the bounds.
+# Two passes over 6,000 tweets (12,000 samples) scored above three, four paired runs of four; on 1,540 text pairs two
+# passes (3,080 samples) left validation climbing and six (9,240) scored 8 points more on test (benchmarks/README.md).
+# Small data sets want more passes than large ones (Mosbach et al. 2021; Zhang et al. 2021: train longer).
+AUTO_MIN_SAMPLES = 12_000
+AUTO_MIN_PASSES, AUTO_MAX_PASSES = 2.0, 10.0
 
 
 class ExploitConfig(Section):
@@ -65,8 +71,25 @@ class ExploitConfig(Section):
 
     share: Literal["auto"] | float = Field("auto", description="Fraction of search.time_budget_minutes kept for the winner after the search (the search gets the rest, and whatever it leaves unspent goes to the winner too); 0 = off. Needs a time budget. The plan sets it to 0 where every trial makes search.exploit.max_epochs passes itself (a small data set): the winner would have nothing left to train; and lowers it to what the winner's training from the shortest trial to those passes takes (1.5x, at the slowest candidate's speed) where that is less, so the trials get the seconds it could not use. auto: from the passes over the training split the budget pays for at the slowest candidate's measured speed (one trial's), 0.75 at one pass or fewer (the final model has not yet seen the data once: training it matters more than comparing recipes) down to 0.4 at four or more (BERT's fine-tuning grid ends at 4 epochs: past it, more training buys little), linear between; 0.4 where nothing was measured. Either way lowered where the trials' part would end before a trial of the slowest candidate has started and evaluated once (with 1.5x room), so that some trial reports.")
     evaluations: int = Field(3, ge=1, description="Evaluations (each with its checkpoint) the winner's further training makes, its last one included: it is judged at its end, and the ones before are what a crash keeps. The trials evaluate every search.eval_every_steps, for ASHA; each evaluation is a validation pass and a save the winner would rather train in.")
-    max_epochs: float | None = Field(2.0, gt=0, description="Passes over the training split the winner makes at most, its trial's steps included: where the budget would pay for more, its training ends there (its rate decayed to zero at that step); where the trials tried several models, the time left trains the runner-up model's best trial the same way (the better on validation is exported); else the export starts early and the sweep says how much of the budget was left. A budget that pays for many passes (a GPU, a small data set) otherwise goes to a model that has stopped improving: all-MiniLM-L6-v2 trained straight on two 6,000-row tweet slices scored 0.75 to 1.7 points less on test after 3 passes than after 2, four paired runs out of four (benchmarks/README.md). 2: the low end of BERT's fine-tuning grid (2, 3, 4 epochs; Devlin et al. 2019); null: the whole budget.")
+    max_epochs: Literal["auto"] | float | None = Field("auto", description="Passes over the training split the winner makes at most, its trial's steps included: where the budget would pay for more, its training ends there (its rate decayed to zero at that step); where the trials tried several models, the time left trains the runner-up model's best trial the same way (the better on validation is exported); else the export starts early and the sweep says how much of the budget was left. A budget that pays for many passes (a GPU) otherwise goes to a model that has stopped improving: all-MiniLM-L6-v2 trained straight on two 6,000-row tweet slices scored 0.75 to 1.7 points less on test after 3 passes than after 2, four paired runs out of four; on 1,540 text pairs 6 passes scored 8 points more than 2 (benchmarks/README.md). auto: a classifier's passes make 12,000 training samples, at least 2 (the low end of BERT's fine-tuning grid of 2, 3, 4 epochs; Devlin et al. 2019) and at most 10: a small data set trains more passes (Mosbach et al. 2021, Zhang et al. 2021); a causal LM's, 2. null: the whole budget.")
     start: Literal["checkpoint", "scratch"] = Field("checkpoint", description="checkpoint: the winning trial goes on from its latest checkpoint with every core the search used, its learning rate re-drawn as if it had been planned to end with the budget (warm restart), decaying to zero at the end; scratch: its configuration trains again from step 0 for the remaining time (benchmarks/README.md compares the two).")
+
+    @field_validator("max_epochs")
+    @classmethod
+    def _positive_passes(cls, value: float | str | None) -> float | str | None:
+        if isinstance(value, (int, float)) and value <= 0:
+            raise ValueError(f"max_epochs must be more than 0 passes, but got {value:g}; write a number of passes such "
+                             "as 3, auto, or null for the whole budget")
+        return value
+
+    def passes(self, train_rows: int, task: Task) -> float | None:
+        """max_epochs resolved for a training split of `train_rows` rows (auto: AUTO_MIN_SAMPLES' passes for a
+        classifier, within the bounds; AUTO_MIN_PASSES for a causal LM or rows unknown); None: the whole budget."""
+        if self.max_epochs != "auto":
+            return self.max_epochs
+        if Task(task) != Task.classification or train_rows <= 0:
+            return AUTO_MIN_PASSES
+        return min(AUTO_MAX_PASSES, max(AUTO_MIN_PASSES, AUTO_MIN_SAMPLES / train_rows))
 
     @field_validator("share")
     @classmethod

@@ -38,9 +38,10 @@ def planned_passes(config: SweepConfig, combinations: list[CombinationTimes], tr
         return trial_passes
     passes = budget_passes(combinations, search.time_budget_minutes * 60, train_rows)
     # The continuation's cap holds where there is one: a share of the budget, single-process trials (exploit.applies).
-    capped = (search.exploit.fraction > 0 and config.resources.workers_per_trial == 1 and search.exploit.max_epochs
+    cap = search.exploit.passes(train_rows, config.data.task)
+    capped = (search.exploit.fraction > 0 and config.resources.workers_per_trial == 1 and cap
               and trial_passes is not None)
-    return min(passes, max(search.exploit.max_epochs, trial_passes)) if passes is not None and capped else passes
+    return min(passes, max(cap, trial_passes)) if passes is not None and capped else passes
 
 
 def resolve_dropout(config: SweepConfig, combinations: list[CombinationTimes],

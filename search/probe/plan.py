@@ -32,9 +32,9 @@ from finesweep.search.probe.export_time import export_steps
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.simulate import TRIAL_START_SECONDS, Lane, Simulated, asha_milestones, simulate
 from finesweep.search.probe.table import ProbeResult
-from finesweep.spaces import SweepConfig
+from finesweep.spaces import SweepConfig, Task
 from finesweep.spaces.space_config import AUTO_DROPOUT
-from finesweep.spaces.search_config import SearchConfig
+from finesweep.spaces.search_config import AUTO_MAX_PASSES, AUTO_MIN_PASSES, AUTO_MIN_SAMPLES, SearchConfig
 
 # Fixed costs the probe does not measure (TRIAL_START_SECONDS: search/probe/simulate.py). A trial's start counts
 # the probe's load of the model where it took longer than a small encoder's on a CPU (a QLoRA trial on a GPU took
@@ -299,11 +299,12 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     schedule, per_evaluation = _trials_schedule(search, combinations, config.space.effective_batch_size, concurrency)
     fewest = _fewest_trial_samples(schedule, per_evaluation, search.eval_every_steps,
                                    min(config.space.effective_batch_size))
-    search, capped_note = sparing_a_capped_winner(search, fewest, train_rows)
+    task = config.data.task
+    search, capped_note = sparing_a_capped_winner(search, fewest, train_rows, task)
     sized = ""
     if not capped_note:
         slowest = min(combinations, key=lambda c: c.samples_per_second)
-        search, sized = sizing_a_capped_winner(search, fewest, train_rows, slowest)
+        search, sized = sizing_a_capped_winner(search, fewest, train_rows, slowest, task)
         auto_note += sized
     if capped_note or sized:  # the trials' part grew: longer trials, perhaps more of them
         schedule, per_evaluation = _trials_schedule(search, combinations, config.space.effective_batch_size,
@@ -344,7 +345,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                           f"{plan.exploitation_seconds:.0f} s for the winner (search.exploit.share "
                           f"{search.exploit.fraction:.2f}{auto_note}; from its "
                           f"{'latest checkpoint' if search.exploit.start == 'checkpoint' else 'step 0'}, with every core"
-                          f"{_passes_cap(search, train_rows)})")
+                          f"{_passes_cap(search, train_rows, task)})")
     return plan
 
 
@@ -371,12 +372,15 @@ def _fewest_trial_samples(schedule: Schedule, per_evaluation: dict[str, int], ev
     return schedule.evaluations * eval_every_steps * smallest_batch
 
 
-def _passes_cap(search: SearchConfig, train_rows: int) -> str:
+def _passes_cap(search: SearchConfig, train_rows: int, task: Task) -> str:
     """The plan's words for search.exploit.max_epochs: where the winner's training ends if the budget pays for more."""
-    if not (search.exploit.max_epochs and train_rows):
+    passes = search.exploit.passes(train_rows, task)
+    if not (passes and train_rows):
         return ""
-    return (f"; ending at {search.exploit.max_epochs:g} passes over the {train_rows:,} training rows if that comes "
-            "first: search.exploit.max_epochs")
+    auto = (f" (auto: {AUTO_MIN_SAMPLES:,} samples, {AUTO_MIN_PASSES:g} to {AUTO_MAX_PASSES:g} passes)"
+            if search.exploit.max_epochs == "auto" and Task(task) == Task.classification else "")
+    return (f"; ending at {passes:.3g} passes over the {train_rows:,} training rows if that comes first: "
+            f"search.exploit.max_epochs{auto}")
 
 
 def _budget_words(config: SweepConfig) -> str:

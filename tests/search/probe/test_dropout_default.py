@@ -62,8 +62,7 @@ def test_auto_counts_the_passes_one_model_trains_not_the_whole_budgets():
     """5 minutes pay for 3 passes over 2,400 rows, a trial for 1.3 (100 steps of 32), and the winner's further
     training ends at 2 (search.exploit.max_epochs): no model trains past 2 passes, so no dropout. Over 800 rows a trial
     makes 4 passes itself: it counts, and the checkpoint's dropout stays."""
-    config = _config(time_budget_minutes=5)
-    assert config.search.exploit.max_epochs == 2
+    config = _config(time_budget_minutes=5, exploit={"max_epochs": 2})
     assert planned_passes(config, _planned(config, 2_400).combinations, 2_400) == pytest.approx(2.0)
     assert _planned(config, 2_400).dropout == 0.0
     assert planned_passes(config, _planned(config, 800).combinations, 800) == pytest.approx(4.0)

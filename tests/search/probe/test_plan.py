@@ -279,8 +279,9 @@ def test_the_winners_share_of_a_time_budget_is_not_the_trials_and_the_plan_shows
 def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passes_over_the_training_rows():
     """Candidates at 24 and 48 samples/s a trial, two at once: 5 minutes pay for 7,200 samples of the slowest one."""
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
-    config = _config(time_budget_minutes=5, num_trials=50, max_steps=2000, eval_every_steps=10)  # a short first
-    assert config.search.exploit.share == "auto"  # evaluation: the trials' quarter has room for it
+    config = _config(time_budget_minutes=5, num_trials=50, max_steps=2000, eval_every_steps=10,  # a short first
+                     exploit={"max_epochs": 2})  # evaluation: the trials' quarter has room for it; the cap fixed
+    assert config.search.exploit.share == "auto"
 
     def planned(train_rows: int):
         return planning.plan_search(config, probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2,
@@ -311,8 +312,8 @@ def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passe
     assert fixed.exploit_share == 0.2, "a share the file sets is kept"
 
     def file_share(train_rows: int, **exploit):
-        return planning.plan_search(_config(time_budget_minutes=5, exploit={"share": 0.2, **exploit}), probes,
-                                    validation_rows=80, test_rows=40, seq_len=64, concurrency=2,
+        return planning.plan_search(_config(time_budget_minutes=5, exploit={"share": 0.2, "max_epochs": 2, **exploit}),
+                                    probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2,
                                     train_rows=train_rows).exploit_share
     assert file_share(600) == 0.0, "...but not where the trials make the winner's passes themselves"
     assert file_share(600, max_epochs=None) == file_share(600, start="scratch") == 0.2, \
@@ -327,8 +328,8 @@ def test_a_winner_that_ends_at_its_passes_long_before_its_share_gives_the_rest_t
 
     def planned(train_rows: int, **exploit):
         return planning.plan_search(_config(time_budget_minutes=5, num_trials=50, max_steps=2000, eval_every_steps=10,
-                                            exploit=exploit), probes, validation_rows=80, test_rows=40, seq_len=64,
-                                    concurrency=2, train_rows=train_rows)
+                                            exploit={"max_epochs": 2, **exploit}), probes, validation_rows=80,
+                                    test_rows=40, seq_len=64, concurrency=2, train_rows=train_rows)
 
     sized, uncapped = planned(2_000), planned(2_000, max_epochs=None)
     assert uncapped.exploit_share == 0.45, "no passes cap: the auto share stands"
@@ -706,3 +707,25 @@ def test_the_plan_says_a_budget_as_written_or_in_seconds_where_a_time_limit_divi
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
     assert _plan(_config(time_budget_minutes=6.5), probes).budget == "6.5 minutes"
     assert _plan(_config(time_budget_minutes=302 / 60), probes).budget == "302 s"  # not "5.03333 minutes"
+
+
+def test_auto_passes_make_twelve_thousand_samples_for_a_classifier_within_two_to_ten_and_two_for_a_causal_lm():
+    """search.exploit.max_epochs auto: 6,000 tweets or more keep the measured 2 passes; 1,540 text pairs get 7.8 (6
+    scored 8 points over 2 on test); a few hundred rows stop at 10; a causal LM keeps 2; a number is the file's."""
+    from finesweep.spaces import Task
+    from finesweep.spaces.search_config import ExploitConfig
+
+    auto = ExploitConfig()
+    assert auto.max_epochs == "auto"
+    assert [auto.passes(rows, Task.classification) for rows in (20_000, 6_000, 1_540, 371, 0)] == \
+        pytest.approx([2.0, 2.0, 12_000 / 1_540, 10.0, 2.0])
+    assert auto.passes(1_540, Task.causal_lm) == 2.0
+    assert ExploitConfig(max_epochs=3).passes(1_540, Task.classification) == 3
+    assert ExploitConfig(max_epochs=None).passes(1_540, Task.classification) is None
+    with pytest.raises(ValueError, match="max_epochs must be more than 0 passes"):
+        ExploitConfig(max_epochs=0)
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
+    plan = planning.plan_search(_config(time_budget_minutes=5, num_trials=50, max_steps=2000, eval_every_steps=10),
+                                probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2, train_rows=2_000)
+    assert any("ending at 6 passes over the 2,000 training rows if that comes first: search.exploit.max_epochs "
+               "(auto: 12,000 samples, 2 to 10 passes)" in note for note in plan.notes), plan.notes
