@@ -369,29 +369,15 @@ def export_command(sweep: Path = SweepArg,
 @app.command()
 def predict(export_dir: Path = typer.Argument(..., help="An exported model folder (e.g. runs/<sweep>/export/model)."),
             texts: list[str] = typer.Argument(..., help="Texts (classification) or prompts (causal LM)."),
-            pairs: list[str] = typer.Option(None, "--pair", help="A classifier of text pairs (data.text_pair_column): "
-                                            "each text's second text, one --pair per text, in order.")) -> None:
+            pairs: list[str] = typer.Option(None, "--pair", help="Each text's second text, in order (a classifier of "
+                                            "text pairs: data.text_pair_column).")) -> None:
     """Run an exported model on a few texts (a smoke test of the export)."""
     _quiet_libraries(False)
     with user_errors():
-        _check_model_folder(export_dir)
-        from finesweep.trainer.serving.predict import predict as run_predict
+        from finesweep.trainer.serving.predict import predict as run_predict, shown_inputs
 
-        shown = [f"{text!r} + {pair!r}" for text, pair in zip(texts, pairs)] if pairs else [repr(t) for t in texts]
-        for text, answer in zip(shown, run_predict(export_dir, texts, pairs or None)):
+        for text, answer in zip(shown_inputs(texts, pairs), run_predict(export_dir, texts, pairs or None)):
             typer.echo(f"{text} -> {json.dumps(answer)}")
-
-
-def _check_model_folder(folder: Path) -> None:
-    """A folder that is not a saved model would reach transformers as a hub id, and fail with an error about
-    repository names."""
-    from finesweep.spaces import SweepFileError
-
-    if not (folder / "config.json").is_file():
-        found = "nothing is there" if not folder.exists() else "it has no config.json"
-        raise SweepFileError(
-            f"EXPORT_DIR {folder}: not a saved model folder ({found}). Give a folder an export wrote, e.g. "
-            "runs/<sweep>/export/model or runs/<sweep>/export/model-int8 (`finesweep status SWEEP` names the sweep).")
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from typing import Any
 from finesweep.search.probe.cadence import planned_cadence
 from finesweep.search.probe.dropout_default import resolve_dropout
 from finesweep.search.probe.exploit_share import (
-    auto_share, leaving_a_first_evaluation, sizing_a_capped_winner, sparing_a_capped_winner,
+    auto_share, leaving_a_first_evaluation, passes_cap_words, sizing_a_capped_winner, sparing_a_capped_winner,
 )
 from finesweep.search.probe.export_calibration import calibrated
 from finesweep.search.probe.export_calibration import note as calibration_note
@@ -32,9 +32,9 @@ from finesweep.search.probe.export_time import export_steps
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.simulate import TRIAL_START_SECONDS, Lane, Simulated, asha_milestones, simulate
 from finesweep.search.probe.table import ProbeResult
-from finesweep.spaces import SweepConfig, Task
+from finesweep.spaces import SweepConfig
 from finesweep.spaces.space_config import AUTO_DROPOUT
-from finesweep.spaces.search_config import AUTO_MAX_PASSES, AUTO_MIN_PASSES, AUTO_MIN_SAMPLES, SearchConfig
+from finesweep.spaces.search_config import SearchConfig
 
 # Fixed costs the probe does not measure (TRIAL_START_SECONDS: search/probe/simulate.py). A trial's start counts
 # the probe's load of the model where it took longer than a small encoder's on a CPU (a QLoRA trial on a GPU took
@@ -345,7 +345,7 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                           f"{plan.exploitation_seconds:.0f} s for the winner (search.exploit.share "
                           f"{search.exploit.fraction:.2f}{auto_note}; from its "
                           f"{'latest checkpoint' if search.exploit.start == 'checkpoint' else 'step 0'}, with every core"
-                          f"{_passes_cap(search, train_rows, task)})")
+                          f"{passes_cap_words(search, train_rows, task)})")
     return plan
 
 
@@ -370,17 +370,6 @@ def _fewest_trial_samples(schedule: Schedule, per_evaluation: dict[str, int], ev
     if per_evaluation:
         return schedule.evaluations * min(per_evaluation.values())
     return schedule.evaluations * eval_every_steps * smallest_batch
-
-
-def _passes_cap(search: SearchConfig, train_rows: int, task: Task) -> str:
-    """The plan's words for search.exploit.max_epochs: where the winner's training ends if the budget pays for more."""
-    passes = search.exploit.passes(train_rows, task)
-    if not (passes and train_rows):
-        return ""
-    auto = (f" (auto: {AUTO_MIN_SAMPLES:,} samples, {AUTO_MIN_PASSES:g} to {AUTO_MAX_PASSES:g} passes)"
-            if search.exploit.max_epochs == "auto" and Task(task) == Task.classification else "")
-    return (f"; ending at {passes:.3g} passes over the {train_rows:,} training rows if that comes first: "
-            f"search.exploit.max_epochs{auto}")
 
 
 def _budget_words(config: SweepConfig) -> str:

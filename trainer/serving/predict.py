@@ -22,6 +22,7 @@ def predict(model_dir: Path, texts: list[str], pairs: list[str] | None = None) -
     """
     from transformers import AutoTokenizer
 
+    check_model_folder(model_dir)
     task = folder_task(model_dir)
     check_pairs(model_dir, task, len(texts), pairs)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -31,6 +32,22 @@ def predict(model_dir: Path, texts: list[str], pairs: list[str] | None = None) -
     if task == Task.classification:
         return _classify(model, tokenizer, texts, pairs)
     return [_generate(model, tokenizer, text) for text in texts]
+
+
+def check_model_folder(folder: Path) -> None:
+    """A folder that is not a saved model would reach transformers as a hub id, and fail with an error about
+    repository names."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        found = "nothing is there" if not folder.exists() else "it has no config.json"
+        raise SweepFileError(
+            f"EXPORT_DIR {folder}: not a saved model folder ({found}). Give a folder an export wrote, e.g. "
+            "runs/<sweep>/export/model or runs/<sweep>/export/model-int8 (`finesweep status SWEEP` names the sweep).")
+
+
+def shown_inputs(texts: list[str], pairs: list[str] | None) -> list[str]:
+    """Each input as the console shows it beside its answer: the text, or the text + its pair."""
+    return [f"{text!r} + {pair!r}" for text, pair in zip(texts, pairs)] if pairs else [repr(text) for text in texts]
 
 
 def check_pairs(model_dir: Path, task: Task, texts: int, pairs: list[str] | None) -> None:
