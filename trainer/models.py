@@ -22,10 +22,10 @@ HEAD_MODULES = ["classifier", "score"]
 # The transformers auto class a model of each task loads with (by name: the model card writes it in its code).
 AUTO_CLASS_NAMES = {Task.classification: "AutoModelForSequenceClassification", Task.causal_lm: "AutoModelForCausalLM"}
 # The transformers pipeline task of a model of each task (MLflow's flavor and the model card's metadata name it).
-# An exported classifier of text pairs records its two input columns under this config.json key (data.text_column,
-# data.text_pair_column): `predict`, the ONNX export and the model card read it to feed the model pairs.
-TEXT_PAIR_KEY = "finesweep_text_pair"
 PIPELINE_TASKS = {Task.classification: "text-classification", Task.causal_lm: "text-generation"}
+# An exported classifier of text pairs records its two input columns under this config.json key (data.text_column,
+# data.text_pair_column): `predict` and the ONNX export read it to feed the model pairs.
+TEXT_PAIR_KEY = "finesweep_text_pair"
 
 
 def auto_model_class(task: Task | str) -> Any:

@@ -23,7 +23,8 @@ def token_lengths(prepared_folder: Path, tokenizer, task: Task, sample: int = 50
         pairs = list(train[TEXT_PAIR]) if TEXT_PAIR in train.column_names else None
         if pairs is not None:
             check_marks_pairs(tokenizer)  # the first place a candidate's tokenizer meets the pairs
-        return np.array([len(ids) for ids in tokenizer(list(train["text"]), pairs, add_special_tokens=True)["input_ids"]])
+        ids = tokenizer(list(train["text"]), pairs, add_special_tokens=True)["input_ids"]
+        return np.array([len(row) for row in ids])
     texts = [chat.render(chat.from_cell(cell), tokenizer, chat_template)[0] for cell in train[chat.MESSAGES]]
     ids = tokenizer(texts, add_special_tokens=chat_template is None)["input_ids"]
     return np.array([len(row) for row in ids])

@@ -47,7 +47,8 @@ def _key(prepared_folder: Path, tokenizer: Any, task: Task, max_seq_len: int, to
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
-def _lengths(tokenizer: Any, texts: list[str], pairs: list[str] | None = None, add_special_tokens: bool = True) -> list[int]:
+def _lengths(tokenizer: Any, texts: list[str], pairs: list[str] | None = None,
+             add_special_tokens: bool = True) -> list[int]:
     ids = tokenizer(texts, pairs, truncation=False, add_special_tokens=add_special_tokens)["input_ids"]
     return [len(row) for row in ids]
 

@@ -72,7 +72,8 @@ def _export_graph(full_dir: Path, path: Path) -> None:
     example = {"input_ids": torch.randint(0, model.config.vocab_size, EXAMPLE_SHAPE),
                "attention_mask": torch.ones(EXAMPLE_SHAPE, dtype=torch.long)}
     if SEGMENT_IDS in inputs:
-        example[SEGMENT_IDS] = torch.tensor([[0] * 4 + [1] * 4] * EXAMPLE_SHAPE[0])  # two segments, as a pair has
+        half = EXAMPLE_SHAPE[1] // 2  # two segments, as a pair has
+        example[SEGMENT_IDS] = torch.tensor([[0] * half + [1] * (EXAMPLE_SHAPE[1] - half)] * EXAMPLE_SHAPE[0])
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     with warnings.catch_warnings(), quiet(EXPORTER_LOGGER):
         # The inputs share the two dimensions on purpose; the exporter says so once per axis.
