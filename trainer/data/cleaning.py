@@ -278,11 +278,15 @@ def _drop_duplicates(config: DataConfig, pairs: list[Pair], drops: Drops, by_tex
 
 
 def drop_rare_classes(config: DataConfig, pairs: list[Pair], drops: Drops, splits: int = 3) -> list[Pair]:
-    """Without one row per split a class cannot be stratified, and would be missing from some split."""
-    if config.task != Task.classification or not config.drop_rare_classes:
+    """Without one row per split a class cannot be stratified, and would be missing from some split. A label column
+    of values is refused first, whether or not the rule is on (as for pre-split files): turned off, a score column
+    became 356 classes of 600 rows."""
+    if config.task != Task.classification:
         return pairs
     counts = Counter(label for _, label in pairs)
     refuse_values_as_labels(config, counts, splits)
+    if not config.drop_rare_classes:
+        return pairs
     rare = {label for label, n in counts.items() if n < splits}
     if not rare:
         return pairs

@@ -27,7 +27,7 @@ from finesweep.trainer.data.splitting import SPLITS, drop_leaked, label_names, s
 from finesweep.trainer.data.tokenizing import publish, tokenize_summary
 
 # Bump when reading, cleaning or splitting changes, so old cache entries are never reused.
-CACHE_VERSION = "data-v6"  # v6: label spellings equal after normalising merge; a label column of values is refused
+CACHE_VERSION = "data-v7"  # v7: text pairs; a label column of values refused with drop_rare_classes off too
 REPORT_FILE = "report.json"
 PLOT_FILE = "lengths.png"
 # A classifier's validation or test split under this many rows moves its accuracy more than a point per row: said in

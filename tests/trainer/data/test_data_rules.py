@@ -108,6 +108,9 @@ def test_a_score_column_is_refused_as_a_regression_target(tmp_path):
     with pytest.raises(DataError, match=r"column 'label' \(data.label_column\) holds 500 distinct values over 600 rows, "
                                         r"numbers from 0 to 4.99 .*regression target.*bin the values into classes"):
         prepare(DataConfig(path=str(path), splits=FRACTIONS), 0, tmp_path)
+    # With the rare-class rule off the column is still values, not 500 classes.
+    with pytest.raises(DataError, match=r"holds 500 distinct values over 600 rows, numbers from 0 to 4.99"):
+        prepare(DataConfig(path=str(path), splits=FRACTIONS, drop_rare_classes=False), 0, tmp_path)
 
 
 def test_fractional_numbers_beyond_a_rating_scale_are_refused_even_when_each_is_common(tmp_path):
