@@ -55,12 +55,22 @@ def split_text_pair(text: str) -> tuple[str, str]:
     return first, second
 
 
+def _readable_pair(text: str) -> str:
+    """A text pair as its two texts; any other text (one that only starts like a JSON list) as it is."""
+    try:
+        parts = json.loads(text)
+    except ValueError:
+        return text
+    is_pair = isinstance(parts, list) and len(parts) == 2 and all(isinstance(part, str) for part in parts)
+    return " | ".join(parts) if is_pair else text
+
+
 def _example(pair: Pair) -> str:
     first = pair[0]
     if first.startswith("[{"):  # a conversation (causal_lm): shown as turns, not as JSON
         first = chat.readable(chat.from_cell(first))
-    elif first.startswith('["'):  # a text pair: shown as its two texts
-        first = " | ".join(split_text_pair(first))
+    elif first.startswith('["'):
+        first = _readable_pair(first)
     text = " | ".join(part for part in (first, pair[1]) if part) or EMPTY
     return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 3] + "..."
 
@@ -191,7 +201,7 @@ def _input_text(config: DataConfig, row: Row) -> str:
 
 def _shown_input(config: DataConfig, row: Row) -> str:
     """An empty input as the report's example shows it: EMPTY, or a text pair's two texts with the empty one so."""
-    if config.text_pair_column is None or config.task != Task.classification:
+    if config.text_pair_column is None:  # (set only for a classifier: DataConfig checks)
         return EMPTY
     texts = (cell_text(row.get(config.text_column)), cell_text(row.get(config.text_pair_column)))
     return " | ".join(text or EMPTY for text in texts)

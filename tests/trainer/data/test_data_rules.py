@@ -386,3 +386,10 @@ def test_a_tokenizer_that_joins_a_pair_with_nothing_between_is_refused(tmp_path,
         token_lengths(prepared.folder, tokenizer, Task.classification)
     with pytest.raises(DataError, match="unset data.text_pair_column"):
         data.tokenize(prepared, tokenizer, Task.classification, 32, tmp_path)
+
+
+def test_a_single_text_that_starts_like_a_json_list_is_shown_as_it_is(tmp_path):
+    """Only a text pair is read back from its JSON list: a tweet opening with '["' is an example like any other."""
+    rows = _base() + [['["quoted" she said', "pos"], ['["quoted" she said', "pos"]]
+    report = prepare(DataConfig(path=str(_write(tmp_path / "d.csv", rows)), splits=FRACTIONS), 0, tmp_path).report
+    assert report.dropped_examples["duplicate"] == ['["quoted" she said | pos']
