@@ -6,7 +6,7 @@ points less) at smaller training sets, where auto gives more passes: for each tr
 sweep file a user with that much data writes (the data, its two columns, the model; no space, no search settings)
 once per cap (`--caps`: 2 and auto unless told), and runs them with the same `--time-limit`, one after the other.
 The split's seed draws the rows, so the arms train, select and test on the same rows. Test on 3,000 rows (a standard
-error of about 0.75 points), validation on 250 (what a user's small file holds for it).
+error of about 0.8 points), validation on 250 (what a user's small file holds for it).
 
     .venv/bin/python benchmarks/passes/run.py --rows 1000 3000 --seeds 1 2 --time-limit 6m
     .venv/bin/python benchmarks/passes/run.py --rows 6000 --seeds 1 --caps 2 3 --time-limit 10m   # other caps
