@@ -116,7 +116,9 @@ def prepare_data(config: SweepConfig, folder: SweepFolder, console: Console, pre
     """Load, clean, split (or take `prepared`, read_data's); then tokenize once per candidate (cached by content).
     The length histogram's PNG is at `prepared.length_plot` (next to report.json), for the parent run."""
     prepared = prepared or read_data(config, folder)
-    tokenizers = {name: models.load_tokenizer(config.candidate(name), config.trust_remote_code) for name in config.model_names}
+    pairs = config.data.text_pair_column is not None
+    tokenizers = {name: models.load_tokenizer(config.candidate(name), config.trust_remote_code, text_pairs=pairs)
+                  for name in config.model_names}
     templates = {name: chat_template(config, name, tok) for name, tok in tokenizers.items()}
     measured = {name: token_lengths(prepared.folder, tok, config.data.task, chat_template=templates[name])
                 for name, tok in tokenizers.items()}

@@ -324,7 +324,8 @@ def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep,
     reported an evaluation (selection/baseline.py::sentence), both for the comparison with the baseline."""
     name = baseline_comparison.export_name({"trial_id": best.trial_id, "exploitation": exploitation})
     console.step(f"Exporting the best checkpoint ({name}, step {best.step}) and quantizing")
-    tokenizer = load_tokenizer(config.candidate(best.model), config.trust_remote_code)
+    tokenizer = load_tokenizer(config.candidate(best.model), config.trust_remote_code,
+                               text_pairs=config.data.text_pair_column is not None)
     test_split = data_module.load_tokenized(Path(data.tokenized[best.model]))["test"]
     result = export_best(config=config, checkpoint_dir=best.checkpoint_dir, tokenizer_source=best.checkpoint_dir,
                          test_split=test_split, collate=data_module.collator(tokenizer, config.data.task),

@@ -113,6 +113,14 @@ def with_pad_token(tokenizer: "PreTrainedTokenizerBase", name: str = "") -> "Pre
     return tokenizer
 
 
+def pad_like(model: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedModel":
+    """The model pads as its tokenizer does: a decoder's classification head finds each row's last token by the pad id
+    in its config, and refuses a batch of more than one row without it (the tokenizer's eos, where it has no pad)."""
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
 def model_source(candidate: ModelCandidate, trust_remote_code: bool) -> tuple[str, dict[str, Any]]:
     """What from_pretrained is given: the folder or hub id, and the keyword arguments every load shares."""
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
@@ -130,12 +138,38 @@ def copy_tokenizer(source: str | Path, out_dir: str | Path) -> None:
     AutoTokenizer.from_pretrained(source).save_pretrained(out_dir)
 
 
-def load_tokenizer(candidate: ModelCandidate, trust_remote_code: bool = False) -> "PreTrainedTokenizerBase":
-    """The candidate's own tokenizer; a tokenizer without a pad token pads with its end-of-sequence token."""
+def load_tokenizer(candidate: ModelCandidate, trust_remote_code: bool = False,
+                   text_pairs: bool = False) -> "PreTrainedTokenizerBase":
+    """The candidate's own tokenizer; a tokenizer without a pad token pads with its end-of-sequence token.
+    `text_pairs` (data.text_pair_column): one that puts nothing between a pair's texts is given a separator."""
     from transformers import AutoTokenizer
 
     source, kwargs = model_source(candidate, trust_remote_code)
-    return with_pad_token(AutoTokenizer.from_pretrained(source, **kwargs), candidate.name)
+    tokenizer = with_pad_token(AutoTokenizer.from_pretrained(source, **kwargs), candidate.name)
+    return separate_pairs(tokenizer, candidate.name) if text_pairs else tokenizer
+
+
+def separate_pairs(tokenizer: "PreTrainedTokenizerBase", name: str = "") -> "PreTrainedTokenizerBase":
+    """A decoder's tokenizer (GPT-2's, Llama 3's, SmolLM2's) joins a text pair with nothing between, so the model
+    could not tell where the second text starts: its pair template gets its separator token, else its end of
+    sequence, between the two (tokenizers' TemplateProcessing, after its own post-processing). The template is part
+    of tokenizer.json, so every checkpoint, export, `predict` and the model card's code feed pairs the same way.
+    An encoder's tokenizer that marks pairs already ([SEP], </s>) is left as it is."""
+    if tokenizer.num_special_tokens_to_add(pair=True) > tokenizer.num_special_tokens_to_add(pair=False):
+        return tokenizer
+    separator = tokenizer.sep_token or tokenizer.eos_token
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if separator is None or backend is None:
+        return tokenizer  # no token to separate with, or no template to change: tokenizing refuses the pairs
+    from tokenizers import processors
+
+    pair = processors.TemplateProcessing(single="$A", pair=f"$A {separator} $B:1",
+                                         special_tokens=[(separator, tokenizer.convert_tokens_to_ids(separator))])
+    own = backend.post_processor
+    backend.post_processor = pair if own is None else processors.Sequence([own, pair])
+    log.info("%s: the tokenizer joins a text pair with nothing between; %s now separates the two texts",
+             name or "model", separator)
+    return tokenizer
 
 
 def load_model(

@@ -165,8 +165,11 @@ def _setup(request: ProbeRequest) -> "TrainingSetup":
 def _load(request: ProbeRequest, device: str):
     task = Task(request.task)
     labels = [str(i) for i in range(request.num_labels)] if task == Task.classification else None
-    return models.load_trainable(ModelCandidate(**request.candidate), task, labels, _setup(request),
-                                 request.trust_remote_code, device)
+    candidate = ModelCandidate(**request.candidate)
+    model = models.load_trainable(candidate, task, labels, _setup(request), request.trust_remote_code, device)
+    if task != Task.classification:
+        return model
+    return models.pad_like(model, models.load_tokenizer(candidate, request.trust_remote_code))  # as the trials pad
 
 
 def run_attempt(request: ProbeRequest, cache: _ModelCache, gauge: MemoryGauge, device: str) -> ProbeAttempt:

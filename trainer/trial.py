@@ -93,6 +93,7 @@ class TrialPlan:
     gradient_checkpointing: bool = False  # the probe's plan for this combination (resources.gradient_checkpointing)
     use_gpu: bool = True  # False: the CPU even where CUDA is present (resources.gpus_per_trial: 0)
     group_by_length: bool = True  # batches of rows of similar length (data.group_by_length)
+    text_pairs: bool = False  # rows are text pairs (data.text_pair_column): the tokenizer saved with it separates them
     baseline: bool = False  # the recipe a user would run without finesweep (search.baseline), not a sample
     # The winner trained further after the search (search.exploit): it ends by this time.time() instead of at
     # max_steps, which is then the provisional end (trainer/schedule.py); `restart_schedule`: it continues another
@@ -185,7 +186,7 @@ def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
 
     task = Task(plan.task)
     candidate = ModelCandidate(**plan.candidate)
-    tokenizer = models.load_tokenizer(candidate, plan.trust_remote_code)
+    tokenizer = models.load_tokenizer(candidate, plan.trust_remote_code, text_pairs=plan.text_pairs)
     model = _load_model(plan, candidate, task, tokenizer)
     splits = data.load_tokenized(Path(plan.tokenized_dir))
     return Trainer(
@@ -253,9 +254,7 @@ def _load_model(plan: TrialPlan, candidate: ModelCandidate, task: Task, tokenize
                                  gradient_checkpointing=plan.gradient_checkpointing, dropout=plan.dropout,
                                  freeze_embeddings=plan.freeze_embeddings)
     model = models.load_trainable(candidate, task, plan.label_names, setup, plan.trust_remote_code, _device(plan.use_gpu))
-    if model.config.pad_token_id is None:
-        model.config.pad_token_id = tokenizer.pad_token_id
-    return model
+    return models.pad_like(model, tokenizer)
 
 
 def _device(use_gpu: bool) -> str:

@@ -135,6 +135,7 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
         gradient_checkpointing=context.checkpointing.get(key, False),
         use_gpu=config.resources.gpus_per_trial != 0,  # None (unset) on a CPU machine: no CUDA to use anyway
         group_by_length=config.data.group_by_length,
+        text_pairs=config.data.text_pair_column is not None,
         baseline=bool(params.get(BASELINE_KEY)),
     )
     return baseline_clock(plan, context, key) if plan.baseline and devices == 1 else plan

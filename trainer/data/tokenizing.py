@@ -54,15 +54,16 @@ def _lengths(tokenizer: Any, texts: list[str], pairs: list[str] | None = None,
 
 
 def check_marks_pairs(tokenizer: Any) -> None:
-    """DataError where the tokenizer joins a text pair with nothing between the texts (GPT-2's and Qwen's add no
-    special token to a pair): the model could not tell where the second text starts. BERT's [SEP], RoBERTa's </s>
-    and Llama's BOS mark it."""
+    """DataError where the tokenizer joins a text pair with nothing between the texts: the model could not tell
+    where the second text starts. BERT's [SEP], RoBERTa's </s> and Llama's BOS mark it; models.load_tokenizer gives a
+    decoder's fast tokenizer a separator, so only a tokenizer without a fast backend or any separator is left."""
     if tokenizer.num_special_tokens_to_add(pair=True) > tokenizer.num_special_tokens_to_add(pair=False):
         return
     raise DataError(
         f"tokenizer {tokenizer.name_or_path}: data.text_pair_column is set, but this tokenizer puts a text pair "
         "together with no token between the two texts, so the model could not tell where the second begins. Fix: "
-        "use an encoder whose tokenizer separates pairs (BERT, RoBERTa, MiniLM, DeBERTa), or join the two columns "
+        "use a model whose tokenizer has a tokenizer.json (finesweep then separates the texts with its end-of-"
+        "sequence token) or one that separates pairs itself (BERT, RoBERTa, MiniLM), or join the two columns "
         "into one yourself with a separator the model can read (e.g. 'premise: ... hypothesis: ...') and unset "
         "data.text_pair_column.")
 
