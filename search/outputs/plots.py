@@ -47,7 +47,9 @@ def log_sweep_plots(config: SweepConfig, tracker: Tracker, experiment_id: str, p
         curves = trial_curves(tracker, experiment_id, parent_run_id, config.search.metric)
         study = replay_study(config, curves, precisions, warn)
         if not study.trials:
-            warn("sweep plots skipped: no trial reported an evaluation")
+            warn("sweep plots skipped: " + ("no trial reported an evaluation" if not curves else
+                                            "no evaluated trial is a point of the space (the baseline's recipe "
+                                            "need not be one)"))
             return []
         paths = draw_plots(study, config.search.metric, Path(out_dir), warn)
         for path in paths:

@@ -154,3 +154,15 @@ def test_a_searched_dropout_is_replayed_and_the_baseline_at_the_checkpoints_own_
                              warnings.append)
     assert sorted(trial.params["dropout"] for trial in study.trials) == [0.0, 0.04, 0.09]
     assert not warnings and "trial-00000 left out" in caplog.text
+
+
+def test_a_sweep_whose_only_evaluated_trial_is_the_baseline_off_the_space_says_so(tmp_path):
+    """The budget paid for the baseline alone, at the checkpoint's dropout where the space searches dropout: the
+    warning names why there is nothing to draw, not that nothing evaluated."""
+    config = _config(tmp_path)
+    config = config.model_copy(update={"space": config.space.model_copy(update={"dropout": FloatRange(low=0.0, high=0.1)})})
+    tracker, experiment, parent = _store(tmp_path, config, [({**TRIALS[0][0], "baseline": True}, TRIALS[0][1])])
+    warnings: list[str] = []
+    assert log_sweep_plots(config, tracker, experiment, parent, PRECISIONS, tmp_path / "plots", warnings.append) == []
+    assert warnings == ["sweep plots skipped: no evaluated trial is a point of the space (the baseline's recipe need "
+                        "not be one)"]
