@@ -160,7 +160,8 @@ def test_a_sweep_whose_only_evaluated_trial_is_the_baseline_off_the_space_says_s
     """The budget paid for the baseline alone, at the checkpoint's dropout where the space searches dropout: the
     warning names why there is nothing to draw, not that nothing evaluated."""
     config = _config(tmp_path)
-    config = config.model_copy(update={"space": config.space.model_copy(update={"dropout": FloatRange(low=0.0, high=0.1)})})
+    dropout = config.space.model_copy(update={"dropout": FloatRange(low=0.0, high=0.1)})
+    config = config.model_copy(update={"space": dropout})
     tracker, experiment, parent = _store(tmp_path, config, [({**TRIALS[0][0], "baseline": True}, TRIALS[0][1])])
     warnings: list[str] = []
     assert log_sweep_plots(config, tracker, experiment, parent, PRECISIONS, tmp_path / "plots", warnings.append) == []
