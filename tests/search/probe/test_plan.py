@@ -16,7 +16,7 @@ from finesweep.search.probe.padding import ANCHORS, length_grouped_megabatch, pa
 from finesweep.search.probe.plan import CombinationTimes, Lane, asha_milestones, planned_schedule, simulate
 from finesweep.search.probe.table import ProbeResult
 from finesweep.search.tuning import ray_compat
-from finesweep.spaces import SweepConfig, Task, parse_duration
+from finesweep.spaces import Quantization, SweepConfig, Task, parse_duration
 from finesweep.trainer.data.lengths import percentiles
 from finesweep.trainer.serving.evaluate import SPEED_SECONDS, WARM_UP_ROWS
 
@@ -729,3 +729,20 @@ def test_auto_passes_make_twelve_thousand_samples_for_a_classifier_within_two_to
                                 probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2, train_rows=2_000)
     assert any("ending at 6 passes over the 2,000 training rows if that comes first: search.exploit.max_epochs "
                "(auto: 12,000 samples, 2 to 10 passes)" in note for note in plan.notes), plan.notes
+
+
+def test_the_onnx_graphs_writing_grows_with_the_weights_from_the_flat_seconds_of_a_small_encoder():
+    """A 135M-parameter decoder classifier's ONNX export took 67 s where the flat 8 s of MiniLM's was planned."""
+    config = _config()
+    onnx_only = config.export.model_copy(update={"quantization": [Quantization("onnx-int8")]})
+    config = config.model_copy(update={"export": onnx_only})
+
+    def onnx_step(weight_bytes: int) -> float:
+        combination = replace(times("m|fp32|full", 1.0, 1.0), weight_bytes=weight_bytes)
+        return export_time.export_steps(config, [combination], test_rows=40, seq_len=64)["onnx-int8"]
+
+    small, large = onnx_step(20_000_000), onnx_step(540_000_000)
+    assert small - onnx_step(1) == pytest.approx(export_time.EXPORT_SECONDS_PER_GB * (0.02 - 1e-9))  # the flat floor
+    writing = export_time.ONNX_EXPORT_SECONDS_PER_GB["classification"] * 0.54
+    assert large - small == pytest.approx(writing - export_time.ONNX_EXPORT_SECONDS["classification"]
+                                          + export_time.EXPORT_SECONDS_PER_GB * 0.52)
