@@ -68,6 +68,9 @@ def _export_graph(full_dir: Path, path: Path) -> None:
     import torch
 
     model = load_checkpoint(str(full_dir), Task.classification, dtype=torch.float32).eval()
+    # A decoder's classifier (Llama, GPT-2) also returns its key/value cache where its config keeps use_cache (a LoRA
+    # winner merged into its base does): the exporter cannot trace that, and a classifier serves the logits alone.
+    model.config.use_cache = False
     inputs = graph_inputs(full_dir, model.config)
     example = {"input_ids": torch.randint(0, model.config.vocab_size, EXAMPLE_SHAPE),
                "attention_mask": torch.ones(EXAMPLE_SHAPE, dtype=torch.long)}

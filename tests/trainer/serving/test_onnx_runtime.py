@@ -123,3 +123,30 @@ def test_the_default_export_list_has_the_fast_variant_for_both_tasks(tmp_path):
         return [q.value for q in config.export.quantization]
 
     assert unset("classification") == ["int8", "onnx-int8"] and unset("causal_lm") == ["int8", "onnx-int8"]
+
+
+def test_a_decoders_classifier_that_keeps_its_cache_exports_its_logits(tiny_llama, tmp_path):
+    """A LoRA winner merged into a Llama base keeps `use_cache: true` in its config: its forward pass would return the
+    key/value cache too, which torch's exporter cannot trace."""
+    import onnxruntime
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from finesweep.trainer.serving.onnx_runtime import export_int8
+
+    full = tmp_path / "model"
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    tokenizer.pad_token = tokenizer.eos_token
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_llama, num_labels=len(LABELS),
+                                                               pad_token_id=tokenizer.pad_token_id, use_cache=True)
+    model.save_pretrained(full)
+    tokenizer.save_pretrained(full)
+
+    session = onnxruntime.InferenceSession(str(export_int8(full, tmp_path / "model-onnx-int8") / "model.onnx"))
+    assert [output.name for output in session.get_outputs()] == ["logits"]
+    texts = _texts(8)
+    encoded = tokenizer(texts, padding=True, return_tensors="np")
+    logits = session.run(None, {name: encoded[name] for name in ("input_ids", "attention_mask")})[0]
+    assert logits.shape == (8, len(LABELS))
+    assert np.abs(logits - _full_logits(full, texts)).max() < 0.1  # int8 weights: close to full precision's
