@@ -15,8 +15,7 @@ from tests.sweeps import finesweep, git_commit
 
 @pytest.fixture(scope="module")
 def decoder_pair_sweep(tmp_path_factory):
-    """The same pairs on a decoder (the tiny Llama, its tokenizer GPT-2's kind: no pad token, nothing between a
-    pair's texts) under transformers' own classification head."""
+    """test_text_pairs.py's pairs on the tiny Llama, one trial."""
     folder = tmp_path_factory.mktemp("decoder-pairs")
     tiny.build_tiny_llama(folder / "model")
     tiny.write_csv(folder / "pairs.csv", pair_rows(400))
