@@ -2,11 +2,11 @@
 as the Trainer's default optimizer is, lr 5e-5, batch 8, linear decay to zero, no warm-up, no weight decay), one
 thread, a fixed number of steps, then accuracy on the test split. What it varies: the head ([CLS] or the mean of the
 token states), dropout (the checkpoint's 0.1 in train mode, or none: the model left in eval mode), the head's
-learning rate as a multiple of the body's, the learning rate, layer-wise rate decay, label smoothing, a linear probe
-of the head before fine-tuning, frozen word embeddings, the validation rows trained on too (a refit on every labelled
-row). `--average` also scores, from the same run, the weights averaged over the last half and the last quarter of the
-steps (torch's SWA AveragedModel, a snapshot every 25 steps) and an exponential moving average of them: a paired
-comparison, free of the seed's luck. `--save` keeps the weights
+learning rate as a multiple of the body's, the learning rate, layer-wise rate decay, label smoothing, the top layers
+re-initialised, a linear probe of the head before fine-tuning, frozen word embeddings, the validation rows trained on
+too (a refit on every labelled row). `--average` also scores, from the same run, the weights averaged over the last
+half and the last quarter of the steps (torch's SWA AveragedModel, a snapshot every 25 steps) and an exponential
+moving average of them: a paired comparison, free of the seed's luck. `--save` keeps the weights
 and logits for soup.py; `--stop-at`, `--init` and `--start-step` train a trunk and branches from it. Run two at once
 on a 2-core machine (one thread each) on run.py's split files:
 
@@ -52,6 +52,10 @@ def main() -> None:
                         help="Layer-wise rate decay: the top layer trains at the rate, each one below at this times "
                              "the one above, the embeddings last (1: one rate for the whole body).")
     parser.add_argument("--label-smoothing", type=float, default=0.0)
+    parser.add_argument("--reinit-top", type=int, default=0, metavar="N",
+                        help="Re-initialise the top N encoder layers as the checkpoint's config initialises new "
+                             "weights (Zhang et al. 2021, 'Revisiting few-sample BERT fine-tuning'): the top layers "
+                             "hold pre-training's task, not this one.")
     parser.add_argument("--probe-head", type=float, default=None, metavar="L2",
                         help="Fit the head first on the frozen body's pooled features (a linear probe: L-BFGS, this "
                              "L2 penalty), then fine-tune everything from there (LP-FT, Kumar et al. 2022).")
@@ -95,6 +99,7 @@ def main() -> None:
 
     if args.init:
         torch.nn.ModuleDict({"body": body, "head": head}).load_state_dict(weights(args.init))
+    reinitialise_top_layers(body, args.reinit_top)
     body.embeddings.word_embeddings.weight.requires_grad_(not args.freeze_embeddings)
     probe = fit_head(head, logits, body, train_texts, [label_ids[label] for label in train_labels],
                      args.probe_head) if args.probe_head is not None else {}
@@ -183,6 +188,18 @@ def fit_head(head: torch.nn.Linear, logits, body: torch.nn.Module, texts: list[s
     with torch.no_grad():
         train_accuracy = float((head(features).argmax(-1) == labels).float().mean())
     return {"probe_seconds": round(time.perf_counter() - started, 1), "probe_train_accuracy": round(train_accuracy, 4)}
+
+
+def reinitialise_top_layers(body: torch.nn.Module, count: int) -> None:
+    """Linear weights drawn from N(0, initializer_range), biases zero, layer norms to identity: BERT's own init."""
+    for layer in list(body.encoder.layer)[len(body.encoder.layer) - count:] if count else []:
+        for module in layer.modules():
+            if isinstance(module, torch.nn.Linear):
+                torch.nn.init.normal_(module.weight, std=body.config.initializer_range)
+                torch.nn.init.zeros_(module.bias)
+            elif isinstance(module, torch.nn.LayerNorm):
+                torch.nn.init.ones_(module.weight)
+                torch.nn.init.zeros_(module.bias)
 
 
 def body_groups(body: torch.nn.Module, rate: float, layer_decay: float) -> list[dict]:
