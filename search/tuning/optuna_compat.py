@@ -1,7 +1,7 @@
 """Every private name of Optuna that finesweep relies on, and nothing else.
 
-Checked on optuna 5.0 (the lock's) and 5.1 (the newest pyproject.toml admits); tests/search/tuning/test_optuna_compat.py
-fails, naming the installed version, when an Optuna release changes it.
+Checked on optuna 5.0 and 5.1 (the lock's since 2026-12-03, the newest pyproject.toml admits);
+tests/search/tuning/test_optuna_compat.py fails, naming the installed version, when an Optuna release changes it.
 """
 
 from __future__ import annotations
