@@ -191,7 +191,8 @@ def fit_head(head: torch.nn.Linear, logits, body: torch.nn.Module, texts: list[s
 
 
 def reinitialise_top_layers(body: torch.nn.Module, count: int) -> None:
-    """Linear weights drawn from N(0, initializer_range), biases zero, layer norms to identity: BERT's own init."""
+    """Linear weights drawn from N(0, initializer_range), biases zero, layer norms to identity: BERT's own init,
+    written out because transformers 5's `_init_weights` leaves weights loaded from a checkpoint as they are."""
     for layer in list(body.encoder.layer)[len(body.encoder.layer) - count:] if count else []:
         for module in layer.modules():
             if isinstance(module, torch.nn.Linear):
