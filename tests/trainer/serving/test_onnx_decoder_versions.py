@@ -1,5 +1,6 @@
-"""The ONNX decoder on the transformers release before the locked one: its exporter named the cache's graph inputs
-after the forward argument `past_key_values` (5.24 calls it `cache`), so the decoder reads the names from the graph.
+"""The ONNX decoder on the lowest transformers release the range admits (5.23): its exporter named the cache's graph
+inputs after the forward argument `past_key_values` (5.24 on calls it `cache`), so the decoder reads the names from
+the graph.
 scripts/setup.sh installs that release beside the venv (.venv/extras/transformers-<version>); these tests put it
 first on PYTHONPATH in a subprocess: the decoder's own tests there, and a folder exported there decoded here."""
 
