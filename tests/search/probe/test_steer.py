@@ -8,6 +8,7 @@ from rich.console import Console as RichConsole
 
 from finesweep.search.measure import steer_by_speed
 from finesweep.search.outputs.console import Console
+from finesweep.search.probe.batch_search import CONFIRM_TIMED_STEPS
 from finesweep.search.probe.steer import dominated_precisions, fastest_first, slow_values, without
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
@@ -143,17 +144,22 @@ def test_an_initial_point_on_a_removed_value_moves_to_the_fastest_kept_one():
 
 
 class _TimedWorker:
-    """A probe process whose steps take `seconds_per_sample` x batch (bf16 seven times fp32's here); memory fits."""
+    """A probe process whose steps take `seconds_per_sample` x batch (bf16 seven times fp32's here); memory fits.
+    `first_step_spike`: the first attempt of that precision timed this many times slower (one step after a load)."""
 
-    def __init__(self, seconds_per_sample: dict[str, float]):
-        self.seconds_per_sample, self.asked = seconds_per_sample, []
+    def __init__(self, seconds_per_sample: dict[str, float], first_step_spike: dict[str, float] | None = None):
+        self.seconds_per_sample, self.spikes = seconds_per_sample, dict(first_step_spike or {})
+        self.asked: list[tuple[str, int, str]] = []
+        self.timed_steps: list[int] = []  # each attempt's timed steps
 
     def attempt(self, request, timeout=None):
         from finesweep.trainer.probe_step import ProbeAttempt
 
         self.asked.append((request.precision, request.batch, request.mode))
-        return ProbeAttempt(request.batch, 2**20 * request.batch, self.seconds_per_sample[request.precision] * request.batch,
-                            steps=2, mode=request.mode)
+        self.timed_steps.append(request.timed_steps)
+        seconds = self.seconds_per_sample[request.precision] * request.batch * self.spikes.pop(request.precision, 1.0)
+        return ProbeAttempt(request.batch, 2**20 * request.batch, seconds, steps=1 + request.timed_steps,
+                            mode=request.mode)
 
     def start(self):
         pass
@@ -178,7 +184,8 @@ def test_a_combination_far_slower_than_one_already_measured_stops_after_its_firs
     asked_for_fp32 = len(worker.asked)
     bf16 = prober.measure(ProbeRequest(**{**base.__dict__, "precision": "bf16"}), False)
     assert fp32.max_micro_batch == 32 and fp32.too_slow is None and asked_for_fp32 > 3
-    assert worker.asked[asked_for_fp32:] == [("bf16", 4, "train")], "one attempt, then stopped"
+    assert worker.asked[asked_for_fp32:] == [("bf16", 4, "train")] * 2, "one attempt, timed again, then stopped"
+    assert worker.timed_steps[asked_for_fp32:] == [1, CONFIRM_TIMED_STEPS]
     assert bf16.too_slow.startswith("0.71 samples/s at micro-batch 4, against 5.00 for l6|fp32|full")
     assert bf16.micro_batch == 4 and bf16.eval_batch_size == 4 and abs(bf16.samples_per_second - 0.714) < 0.01
     assert [(r.dimension, r.value) for r in slow_values({"a": fp32, "b": bf16}, 1 / 3)] == [("precision", "bf16")]
@@ -200,6 +207,36 @@ def test_a_reduced_precision_slower_than_fp32_stops_after_its_first_attempt_and_
         fp32 = prober.measure(base, False)
         asked_for_fp32 = len(worker.asked)
         bf16 = prober.measure(ProbeRequest(**{**base.__dict__, "precision": "bf16"}), False)
-        assert (worker.asked[asked_for_fp32:] == [("bf16", 4, "train")]) is stopped
+        assert (worker.asked[asked_for_fp32:] == [("bf16", 4, "train")] * 2) is stopped
         assert (bf16.too_slow == "2.00 samples/s at micro-batch 4, slower than fp32's 5.00") is stopped
         assert bool(dominated_precisions({"a": fp32, "b": bf16})) is stopped
+
+
+def test_a_first_step_that_spiked_is_timed_again_and_a_faster_precision_stays_in_the_space(tmp_path):
+    """The probe of a plain file on an AVX-512 bf16 CPU: bf16's first step after its model's load took 3x its steady
+    time, slower than fp32's, and bf16 (1.6x faster) left the space. Timed again, it is probed whole and the plan
+    reads its faster timing; a combination slow at both timings still stops there."""
+    from finesweep.search.probe.device import Device
+    from finesweep.search.probe.table import _CachedProber
+    from finesweep.trainer.probe_step import ProbeRequest
+
+    base = ProbeRequest(candidate={"name": "l6", "path": "m"}, task="classification", num_labels=3, precision="fp32",
+                        method="full", seq_len=64, batch=32)
+    worker = _TimedWorker({"fp32": 0.2, "bf16": 0.125}, first_step_spike={"bf16": 3.0})
+    prober = _CachedProber(worker, Device("cpu", "test", 2**34), 2**33, 32, "fastest", tmp_path / "probe.json", 1 / 3)
+    fp32 = prober.measure(base, False)
+    asked_for_fp32 = len(worker.asked)
+    bf16 = prober.measure(ProbeRequest(**{**base.__dict__, "precision": "bf16"}), False)
+    assert bf16.too_slow is None and bf16.max_micro_batch == 32, bf16.too_slow
+    assert worker.asked[asked_for_fp32:asked_for_fp32 + 2] == [("bf16", 4, "train")] * 2
+    assert len(worker.asked) - asked_for_fp32 > 3, "probed whole after the second timing"
+    assert abs(bf16.attempt_at(4)["batch"] / bf16.attempt_at(4)["seconds_per_step"] - 8.0) < 0.01, "the faster timing"
+    assert dominated_precisions({"a": fp32, "b": bf16}) == []
+
+    slow = _TimedWorker({"fp32": 0.2, "bf16": 0.5}, first_step_spike={"bf16": 3.0})
+    prober = _CachedProber(slow, Device("cpu", "test", 2**34), 2**33, 32, "fastest", tmp_path / "slow.json", 1 / 3)
+    prober.measure(base, False)
+    asked_for_fp32 = len(slow.asked)
+    stopped = prober.measure(ProbeRequest(**{**base.__dict__, "precision": "bf16"}), False)
+    assert slow.asked[asked_for_fp32:] == [("bf16", 4, "train")] * 2
+    assert stopped.too_slow == "2.00 samples/s at micro-batch 4, slower than fp32's 5.00", "the second timing's words"
