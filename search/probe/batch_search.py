@@ -73,7 +73,7 @@ class MaxSearch:
 
     def timed_again(self, batch: int) -> ProbeAttempt:
         """`batch` trained again, its time the median of CONFIRM_TIMED_STEPS steps; kept among the attempts (the faster
-        of two at one batch is the one the plan reads: fastest_batch)."""
+        of two at one batch is the one the plan reads: ProbeResult.attempt_at, fastest_batch)."""
         request = ProbeRequest(**{**asdict(self.base), "batch": batch, "timed_steps": CONFIRM_TIMED_STEPS})
         attempt = self.worker.attempt(request)
         self.attempts.append(attempt)

@@ -231,6 +231,8 @@ class _CachedProber:
             same_as, entry = self.measured_here[key]
             return self._answer(ProbeResult(**entry), name, reused=False, same_as=same_as)
         entry = read_cache(self.cache_file).get(key)
+        if entry is not None and _stopped_on_one_timing(entry):
+            entry = None
         busy = self._measured_under_load(entry)
         reused = entry is not None and busy is None
         if not reused:
@@ -297,6 +299,13 @@ class _CachedProber:
             if result.precision == FULL_PRECISION:  # the faster of two timings at one batch, as attempt_at reads
                 fp32 = (result.model, result.method, attempt["batch"])
                 self.full_precision[fp32] = max(speed, self.full_precision.get(fp32, 0.0))
+
+
+def _stopped_on_one_timing(entry: dict[str, Any]) -> bool:
+    """A cached answer whose combination was judged too slow on one timed step (cached before the verdict was
+    confirmed by a second timing, batch_search.CONFIRM_TIMED_STEPS, or where a time limit left none): measured again."""
+    trained = [a for a in entry.get("attempts", []) if a.get("mode", "train") == "train"]
+    return bool(entry.get("too_slow")) and len(trained) < 2
 
 
 def checkpointing_plan(measured: Callable[[bool], ProbeResult], setting: str, cap: int) -> ProbeResult:

@@ -240,3 +240,42 @@ def test_a_first_step_that_spiked_is_timed_again_and_a_faster_precision_stays_in
     stopped = prober.measure(ProbeRequest(**{**base.__dict__, "precision": "bf16"}), False)
     assert slow.asked[asked_for_fp32:] == [("bf16", 4, "train")] * 2
     assert stopped.too_slow == "2.00 samples/s at micro-batch 4, slower than fp32's 5.00", "the second timing's words"
+
+
+def test_a_cached_verdict_of_one_timed_step_is_measured_again_and_a_confirmed_one_is_reused(tmp_path, monkeypatch):
+    """A machine cache written before verdicts were confirmed holds bf16 "too slow" on one timed step: every later
+    sweep on the machine would have dropped it. Such an answer is probed again; one timed twice is kept."""
+    import json
+
+    from finesweep.search.probe import table
+    from finesweep.search.probe.device import Device
+    from finesweep.search.probe.table import _CachedProber
+    from finesweep.trainer.probe_step import ProbeRequest
+
+    # An idle machine: an answer measured while other work (the rest of the suite) kept the cores busy is measured
+    # again once they are quieter, whatever its verdict.
+    monkeypatch.setattr(table, "busy_cores", lambda: 0.0)
+
+    base = ProbeRequest(candidate={"name": "l6", "path": "m"}, task="classification", num_labels=3, precision="fp32",
+                        method="full", seq_len=64, batch=32)
+    bf16_request = ProbeRequest(**{**base.__dict__, "precision": "bf16"})
+    cache = tmp_path / "probe.json"
+
+    def prober(worker):
+        return _CachedProber(worker, Device("cpu", "test", 2**34), 2**33, 32, "fastest", cache, 1 / 3)
+
+    first = prober(_TimedWorker({"fp32": 0.2, "bf16": 0.5}))
+    first.measure(base, False)
+    first.measure(bf16_request, False)
+    answers = json.loads(cache.read_text())
+    (bf16_key,) = [key for key, entry in answers.items() if entry["precision"] == "bf16"]
+    assert answers[bf16_key]["too_slow"], "confirmed: cached"
+    again = _TimedWorker({"fp32": 0.2, "bf16": 0.125})
+    prober(again).measure(bf16_request, False)
+    assert again.asked == [], "a verdict timed twice is reused"
+
+    answers[bf16_key]["attempts"] = answers[bf16_key]["attempts"][:1]  # as an earlier release cached it
+    cache.write_text(json.dumps(answers))
+    remeasured = _TimedWorker({"fp32": 0.2, "bf16": 0.125})
+    kept = prober(remeasured).measure(bf16_request, False)
+    assert remeasured.asked[0] == ("bf16", 4, "train") and kept.too_slow is None and kept.max_micro_batch == 32
