@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from finesweep.trainer.probe_step import ProbeAttempt, ProbeRequest
@@ -74,7 +74,7 @@ class MaxSearch:
     def timed_again(self, batch: int) -> ProbeAttempt:
         """`batch` trained again, its time the median of CONFIRM_TIMED_STEPS steps; kept among the attempts (the faster
         of two at one batch is the one the plan reads: ProbeResult.attempt_at, fastest_batch)."""
-        request = ProbeRequest(**{**asdict(self.base), "batch": batch, "timed_steps": CONFIRM_TIMED_STEPS})
+        request = replace(self.base, batch=batch, timed_steps=CONFIRM_TIMED_STEPS)
         attempt = self.worker.attempt(request)
         self.attempts.append(attempt)
         return attempt
@@ -236,7 +236,7 @@ def find_eval_batch(worker, base: ProbeRequest, max_batch: int, budget: int) -> 
     (a forward without gradients never needs more memory than a training step at the same batch)."""
     if max_batch < 1:
         return 0, None
-    attempt = worker.attempt(ProbeRequest(**{**asdict(base), "batch": 2 * max_batch, "mode": "eval"}))
+    attempt = worker.attempt(replace(base, batch=2 * max_batch, mode="eval"))
     if attempt.error and not attempt.out_of_memory:
         raise ProbeError(f"eval probe of {base.candidate['name']} failed: {attempt.error}")
     if _fits(attempt, budget / (1 + SAFETY_MARGIN)):
@@ -250,4 +250,4 @@ class ProbeError(RuntimeError):
 
 
 def _with_batch(request: ProbeRequest, batch: int) -> ProbeRequest:
-    return ProbeRequest(**{**asdict(request), "batch": batch})
+    return replace(request, batch=batch)

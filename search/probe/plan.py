@@ -31,7 +31,7 @@ from finesweep.search.probe.export_calibration import note as calibration_note
 from finesweep.search.probe.export_time import export_steps
 from finesweep.search.probe.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.probe.simulate import TRIAL_START_SECONDS, Lane, Simulated, asha_milestones, simulate
-from finesweep.search.probe.table import ProbeResult
+from finesweep.search.probe.table import ProbeResult, attempt_speed
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.space_config import AUTO_DROPOUT
 from finesweep.spaces.search_config import SearchConfig
@@ -173,7 +173,7 @@ def combination_times(probes: dict[str, ProbeResult], effective_batches: list[in
 
 def _eval_samples_per_second(result: ProbeResult) -> float:
     evals = [a for a in result.attempts if a.get("mode") == "eval" and a.get("seconds_per_step") and not a.get("error")]
-    return max((a["batch"] / a["seconds_per_step"] for a in evals), default=0.0)
+    return max((attempt_speed(a) for a in evals), default=0.0)
 
 
 @dataclass

@@ -28,6 +28,11 @@ log = logging.getLogger(__name__)
 FULL_PRECISION = "fp32"  # what a reduced precision (bf16, fp16) is judged against: it must train faster to be worth it
 
 
+def attempt_speed(attempt: dict[str, Any]) -> float:
+    """Samples/s of a recorded attempt (ProbeAttempt.samples_per_second, as the cache stores it); 0 when untimed."""
+    return attempt["batch"] / attempt["seconds_per_step"] if attempt.get("seconds_per_step") else 0.0
+
+
 @dataclass
 class ProbeResult:
     """The answer for one combination."""
@@ -77,14 +82,13 @@ class ProbeResult:
         """The training attempt at `batch`; of two there (a first one judged too slow and timed again:
         batch_search.CONFIRM_TIMED_STEPS), the faster."""
         timed = [a for a in self.attempts if a["batch"] == batch and a.get("mode", "train") == "train"]
-        return max(timed, key=lambda a: a["batch"] / a["seconds_per_step"] if a.get("seconds_per_step") else 0.0,
-                   default=None)
+        return max(timed, key=attempt_speed, default=None)
 
     @property
     def samples_per_second(self) -> float:
         """Measured samples/s of the micro-batch the trials use."""
         attempt = self.attempt_at(self.micro_batch or self.max_micro_batch)
-        return attempt["batch"] / attempt["seconds_per_step"] if attempt and attempt["seconds_per_step"] else 0.0
+        return attempt_speed(attempt) if attempt else 0.0
 
     @property
     def weight_bytes(self) -> int:
@@ -290,7 +294,7 @@ class _CachedProber:
         if result.decode_seconds_per_token:
             self.decoded.add(result.model)
         for attempt in result.attempts:
-            speed = attempt["batch"] / attempt["seconds_per_step"] if attempt.get("seconds_per_step") else 0.0
+            speed = attempt_speed(attempt)
             place = (result.model, attempt["batch"])
             if attempt.get("mode", "train") != "train":
                 continue
