@@ -59,7 +59,7 @@ class MaxSearch:
     def measure(self, batch: int, timeout: float | None = None) -> bool:
         """Run one real attempt; a failure replaces the probe process so it cannot poison the next one
         (a CUDA out-of-memory error can leave memory behind; a fresh process costs about 4 s here)."""
-        attempt = self.worker.attempt(_with_batch(self.base, batch), timeout=timeout)
+        attempt = self.worker.attempt(replace(self.base, batch=batch), timeout=timeout)
         self.attempts.append(attempt)
         if attempt.timed_out:
             self.timed_out = True
@@ -247,7 +247,3 @@ def find_eval_batch(worker, base: ProbeRequest, max_batch: int, budget: int) -> 
 
 class ProbeError(RuntimeError):
     """A probe attempt broke for a reason other than memory (the model cannot train at all)."""
-
-
-def _with_batch(request: ProbeRequest, batch: int) -> ProbeRequest:
-    return replace(request, batch=batch)

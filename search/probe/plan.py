@@ -172,8 +172,8 @@ def combination_times(probes: dict[str, ProbeResult], effective_batches: list[in
 
 
 def _eval_samples_per_second(result: ProbeResult) -> float:
-    evals = [a for a in result.attempts if a.get("mode") == "eval" and a.get("seconds_per_step") and not a.get("error")]
-    return max((attempt_speed(a) for a in evals), default=0.0)
+    return max((attempt_speed(a) for a in result.attempts if a.get("mode") == "eval" and not a.get("error")),
+               default=0.0)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from finesweep.search.measure import steer_by_speed
 from finesweep.search.outputs.console import Console
 from finesweep.search.probe.batch_search import CONFIRM_TIMED_STEPS
 from finesweep.search.probe.steer import dominated_precisions, fastest_first, slow_values, without
-from finesweep.search.probe.table import ProbeResult
+from finesweep.search.probe.table import ProbeResult, attempt_speed
 from finesweep.spaces import SweepConfig
 
 
@@ -230,7 +230,7 @@ def test_a_first_step_that_spiked_is_timed_again_and_a_faster_precision_stays_in
     assert bf16.too_slow is None and bf16.max_micro_batch == 32, bf16.too_slow
     assert worker.asked[asked_for_fp32:asked_for_fp32 + 2] == [("bf16", 4, "train")] * 2
     assert len(worker.asked) - asked_for_fp32 > 3, "probed whole after the second timing"
-    assert abs(bf16.attempt_at(4)["batch"] / bf16.attempt_at(4)["seconds_per_step"] - 8.0) < 0.01, "the faster timing"
+    assert abs(attempt_speed(bf16.attempt_at(4)) - 8.0) < 0.01, "the faster timing"
     assert dominated_precisions({"a": fp32, "b": bf16}) == []
 
     slow = _TimedWorker({"fp32": 0.2, "bf16": 0.5}, first_step_spike={"bf16": 3.0})
