@@ -3,6 +3,7 @@ space_config.py, the `search:` section's in search_config.py) and nowhere else."
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -13,6 +14,8 @@ from finesweep.spaces.sections import Quantization, Section, Task
 from finesweep.spaces.units import BYTES_PATTERN, parse_bytes
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+# A path inside an installed package (pkg://package/inside/path): found without importing the package.
+PACKAGE_SCHEME = "pkg://"
 # data.chat_template values that name no file: any other value is a Jinja template file
 CHAT_TEMPLATE_SETTINGS = ("auto", "model", "none")
 
@@ -105,10 +108,28 @@ class DataConfig(Section):
         return self
 
 
+def source_name(gguf_file: Any, hub_id: Any, path: Any) -> str | None:
+    """A candidate's default name, from the most specific part of its source: the GGUF file's name without .gguf,
+    a hub id's repository, a pkg:// path's package, a local folder's name; None where none is given. Characters a
+    name may not hold become '-'."""
+    if isinstance(gguf_file, str) and gguf_file.strip():
+        found = gguf_file.strip().rsplit("/", 1)[-1].removesuffix(".gguf")
+    elif isinstance(hub_id, str) and hub_id.strip():
+        found = hub_id.strip().rstrip("/").rsplit("/", 1)[-1]
+    elif isinstance(path, str) and path.strip():
+        source = path.strip().rstrip("/")
+        found = (source.removeprefix(PACKAGE_SCHEME).split("/", 1)[0] if source.startswith(PACKAGE_SCHEME)
+                 else source.replace("\\", "/").rsplit("/", 1)[-1])
+    else:
+        return None
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", found).strip("-") or None
+
+
 class ModelCandidate(Section):
     """One candidate model: a local folder, a hub id (online users), or a GGUF file."""
 
-    name: str = Field(description="Short name used in the space, in MLflow and in the export.", pattern=NAME_PATTERN)
+    # The default is never validated: _name_from_source fills it from the source, or _one_source refuses the entry.
+    name: str = Field(None, description="Short name used in the space, in MLflow and in the export. Unset: from the source: a GGUF file's name without .gguf, a hub id's last part, a pkg:// path's package, a folder's name (two candidates on one source need names of their own).", pattern=NAME_PATTERN)
     path: str | None = Field(None, description="Local model folder; relative to the sweep file, or pkg://package/inside/path.")
     hub_id: str | None = Field(None, description="Hugging Face hub id, for machines that can download.")
     gguf_file: str | None = Field(None, description="GGUF file name inside `path` (or in the hub repo `hub_id`): dequantized once per machine into ~/.cache/finesweep/gguf ($FINESWEEP_CACHE), which every load of every sweep then reads.")
@@ -117,11 +138,19 @@ class ModelCandidate(Section):
     pooling: Literal["cls", "mean"] = Field("cls", description="What a classifier's head reads: cls (the first token, transformers' own head) or mean (the mean of the token states; BERT-family encoders). mean suits sentence-transformers checkpoints, trained to embed by mean pooling (on all-MiniLM it reaches [CLS]'s accuracy with half to two thirds of the samples); its export carries its modeling file, which plain transformers loads with trust_remote_code=True.")
     gguf_origin: str | None = Field(None, description="Set by finesweep, not in a sweep file: the GGUF file that `path` (its dequantized copy in the machine's cache) was made from; the model card names it.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _name_from_source(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("name") is not None:
+            return data
+        name = source_name(data.get("gguf_file"), data.get("hub_id"), data.get("path"))
+        return {**data, "name": name} if name else data
+
     @model_validator(mode="after")
     def _one_source(self) -> "ModelCandidate":
         if (self.path is None) == (self.hub_id is None):
             raise ValueError(
-                f"model '{self.name}' needs exactly one of `path` (a local folder) or `hub_id`, "
+                f"model '{self.name or '(unnamed)'}' needs exactly one of `path` (a local folder) or `hub_id`, "
                 f"but got path={self.path!r}, hub_id={self.hub_id!r}"
             )
         # A dequantized candidate loads its folder; a gguf_file beside it would send loads back to the GGUF.
@@ -247,8 +276,10 @@ class SweepConfig(Section):
     @model_validator(mode="after")
     def _space_names_models(self) -> "SweepConfig":
         names = [m.name for m in self.models]
-        if len(set(names)) != len(names):
-            raise ValueError(f"model names must be unique, but got {names}")
+        if repeated := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(
+                f"model names must be unique, but models {names} repeat {repeated} (a name left out is taken from the "
+                "model's source); give each entry a `name:` of its own, e.g. minilm-mean and minilm-cls")
         unknown = [n for n in (self.space.model or []) if n not in names]
         if unknown:
             raise ValueError(

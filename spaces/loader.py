@@ -11,9 +11,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from finesweep.spaces.config import CHAT_TEMPLATE_SETTINGS, NAME_PATTERN, SweepConfig
+from finesweep.spaces.config import CHAT_TEMPLATE_SETTINGS, NAME_PATTERN, PACKAGE_SCHEME, SweepConfig
 
-PACKAGE_SCHEME = "pkg://"
 _UNION_MEMBER_TAGS = {"float", "int", "str", "list[int]", "list[str]", "none"}
 # Union members written as a mapping (a range, the baseline's recipe): their errors concern a mapping input only.
 _MAPPING_MEMBERS = ("FloatRange", "MethodLearningRates", "BaselineRecipe")
@@ -69,7 +68,7 @@ def load(path: str | Path) -> SweepConfig:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise SweepFileError(f"sweep file {path}: not found. Check the path, or write one (see README, 'The sweep file').")
+        raise SweepFileError(f"sweep file {path}: not found. Check the path, or write one (see docs/sweep-file.md).")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as error:
@@ -116,7 +115,7 @@ def _describe_one(item: dict[str, Any], raw: dict[str, Any]) -> str:
     if kind == "extra_forbidden":
         return f"{where}: unknown key. {_suggest(loc, raw)}"
     if kind == "missing":
-        return f"{where}: required but missing. Add it (see README, 'The sweep file')."
+        return f"{where}: required but missing. Add it (see docs/sweep-file.md)."
     found = item.get("input")
     if kind == "string_pattern_mismatch" and item.get("ctx", {}).get("pattern") == NAME_PATTERN:
         return f"{where}: use only letters, digits, '.', '_' and '-', but found {found!r}. Rename it, e.g. {re.sub(r'[^A-Za-z0-9_.-]+', '-', str(found))!r}."

