@@ -129,6 +129,9 @@ def export_best(
     warnings = [not_made_paragraph(variant, reason, list(metrics), out_dir, log_file)
                 for variant, reason in not_made.items()] + drop_warnings(metrics, task, config.export.max_metric_drop)
     warnings += search_warnings or []
+    if task == Task.classification:
+        warnings += baseline_comparison.majority_class_warnings(metrics[FULL], list(test_split["labels"]),
+                                                                label_names or _split_labels(test_split))
     for warning in warnings:
         log.info("export: %s", warning)
     deploy = deploy_choices(metrics, task, config.export.max_metric_drop)

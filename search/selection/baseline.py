@@ -4,6 +4,7 @@ on the test split by the same code. Pure: measurements in, a comparison out."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -178,3 +179,21 @@ def sentence(name: str, winner: float, baseline: float, gain: float, higher_is_b
                    "apart (the interval holds 0: more test rows would tell)")
     return (f"tuned vs baseline: test {name} {winner:.4g} against {baseline:.4g} ({gain:+.2f} {unit}{spread}): the "
             f"tuned model {verdict}")
+
+
+def majority_class_warnings(full: dict[str, float], labels: list[int], names: list[str] | None) -> list[str]:
+    """A classifier's paragraph where its test accuracy (in `full`, the full model's test metrics) is no better than
+    answering the test split's most frequent class every time: a model that learned nothing from the texts scores
+    about that share, and its gain over a baseline trained as badly says nothing. Empty where it beats that share."""
+    if not labels or "accuracy" not in full:
+        return []
+    label, count = Counter(labels).most_common(1)[0]
+    share, accuracy = count / len(labels), full["accuracy"]
+    if accuracy > share:
+        return []
+    name = names[label] if names and 0 <= label < len(names) else str(label)
+    return [f"test accuracy {accuracy:.4f} is no better than always answering the test split's most frequent class "
+            f"'{name}' ({share:.4f} of its {len(labels):,} rows): the model did not learn to tell the classes apart "
+            "from the texts. Check that data.label_column holds each text's class (not an id, a score or a shuffled "
+            "column) and data.text_column the text that decides it; with few rows per class (the data report counts "
+            "them), more rows or a longer time budget."]

@@ -88,6 +88,18 @@ def test_model_card_names_params_and_both_metric_sets(exported):
     assert f"({ratio:.2f}x smaller)" in rows[1]
 
 
+def test_the_export_warns_where_the_model_is_no_better_than_the_test_splits_most_frequent_class(exported,
+                                                                                               tiny_classifier):
+    from transformers import AutoTokenizer
+
+    result, out = exported
+    labels = classification_split(AutoTokenizer.from_pretrained(tiny_classifier), 60)["labels"]
+    share = max(labels.count(label) for label in set(labels)) / len(labels)
+    warned = [w for w in result.warnings if "no better than always answering the test split's most frequent" in w]
+    assert len(warned) == (result.metrics["full"]["accuracy"] <= share)
+    assert all(w in (out / "README.md").read_text() for w in warned)
+
+
 def test_the_cards_metadata_block_is_what_the_hubs_card_reader_takes(exported):
     from huggingface_hub import ModelCard
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from finesweep.search.selection.baseline import compare, export_name, gain_interval, origin
+from finesweep.search.selection.baseline import compare, export_name, gain_interval, majority_class_warnings, origin
 from finesweep.search.selection.best import BEST_SO_FAR
 from finesweep.search.tuning.context import baseline_length
 from finesweep.search.tuning.ray_compat import optuna_study_of
@@ -349,4 +349,16 @@ def test_with_a_learning_rate_per_method_tpe_tries_the_baseline_then_another_met
     assert {c["method"] for c in rest} == {"full", "lora"}
     outside = [c for c in rest if not ranges[c["method"]][0] <= c["learning_rate"] <= ranges[c["method"]][1]]
     assert not outside, outside
+
+
+def test_a_classifier_no_better_than_its_test_splits_most_frequent_class_is_told_so():
+    labels = [1] * 6 + [0] * 4  # class 'pos' is 0.6 of the rows
+    [warning] = majority_class_warnings({"accuracy": 0.55}, labels, ["neg", "pos"])
+    assert warning.startswith("test accuracy 0.5500 is no better than always answering the test split's most "
+                              "frequent class 'pos' (0.6000 of its 10 rows)")
+    assert "data.label_column" in warning and "data.text_column" in warning
+    assert majority_class_warnings({"accuracy": 0.6}, labels, None)[0].count("class '1'") == 1  # a tie is no better
+    assert majority_class_warnings({"accuracy": 0.61}, labels, ["neg", "pos"]) == []
+    assert majority_class_warnings({"accuracy": 0.1}, [], None) == []
+    assert majority_class_warnings({"perplexity": 9.0}, labels, None) == []
 
