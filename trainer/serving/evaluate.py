@@ -23,6 +23,14 @@ if TYPE_CHECKING:
 # Label positions the loss ignores (prompt and padding tokens of a causal LM).
 IGNORE_INDEX = -100
 WARM_UP_ROWS = 2  # the untimed rows before a test pass (see _warm_up)
+# The rows of a test pass (a classifier's; a causal LM's where its logits allow, below).
+TEST_BATCH = 32
+# A causal LM's test pass holds the logits of every position over the whole vocabulary (its loss is scored row by
+# row from them): at TEST_BATCH that is 32 x the longest row x the vocabulary in float32, over a GB for SmolLM2-135M
+# (49,152 tokens) on 224-token chat rows, and the pass turns memory-bound: 51 such rows took 19 s at batch 32 against
+# 6.5 s at batch 4 and 7.2 at 8 (2 cores, AVX-512 bf16 EPYC); three such passes put an export 48 s over its estimate.
+# Its batches hold as many rows as keep those logits under this many bytes (a classifier's: a few numbers a row).
+LOGITS_BATCH_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -36,10 +44,11 @@ class RowScores:
     weights: np.ndarray
 
 
-def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batch_size: int = 32) -> dict[str, float]:
+def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task,
+             batch_size: int | None = None) -> dict[str, float]:
     """Metrics of `model` on `dataset` (rows of input_ids, attention_mask, labels), plus latency per sample: the
-    wall time of the pass in batches of `batch_size` (after an untimed warm-up on WARM_UP_ROWS rows) over the rows,
-    taken longest first (longest_first_order).
+    wall time of the pass in batches of `batch_size` (unset: scoring_batch_size's) after an untimed warm-up on
+    WARM_UP_ROWS rows, the rows taken longest first (longest_first_order).
 
     classification: accuracy, f1_macro, loss; causal_lm: loss (mean over response tokens) and perplexity.
     """
@@ -47,9 +56,11 @@ def evaluate(model: Any, dataset: "Dataset", collate: Callable, task: Task, batc
 
 
 def evaluate_rows(model: Any, dataset: "Dataset", collate: Callable, task: Task,
-                  batch_size: int = 32) -> tuple[dict[str, float], RowScores]:
+                  batch_size: int | None = None) -> tuple[dict[str, float], RowScores]:
     """evaluate(), and what each row contributed to the primary metric (RowScores, in `dataset`'s order)."""
     import torch
+
+    batch_size = batch_size or scoring_batch_size(model, dataset, task)
 
     device = model_device(model)
     model.eval()
@@ -67,6 +78,16 @@ def evaluate_rows(model: Any, dataset: "Dataset", collate: Callable, task: Task,
     metrics = tally.result()
     metrics["latency_ms_per_sample"] = 1000 * seconds / max(len(dataset), 1)
     return metrics, _in_split_order(tally.rows(), order)
+
+
+def scoring_batch_size(model: Any, dataset: "Dataset", task: Task) -> int:
+    """TEST_BATCH rows a batch, or for a causal LM as many (at least one) as keep the logits of a batch of the split's
+    longest rows under LOGITS_BATCH_BYTES."""
+    if Task(task) != Task.causal_lm or len(dataset) == 0:
+        return TEST_BATCH
+    vocab = model.config.get_text_config().vocab_size
+    longest = max(len(ids) for ids in dataset["input_ids"])
+    return max(1, min(TEST_BATCH, LOGITS_BATCH_BYTES // (4 * vocab * max(longest, 1))))
 
 
 def _in_split_order(rows: RowScores, order: list[int]) -> RowScores:
