@@ -22,6 +22,7 @@ from finesweep.search.outputs.variants import not_made_paragraph, quantized_meth
 from finesweep.search.probe.cores import cap_torch_threads
 from finesweep.search.probe.export_time import REFERENCES
 from finesweep.search.selection import baseline as baseline_comparison
+from finesweep.search.selection.baseline import majority_class_warnings
 from finesweep.search.selection.deploy import CPU_PREFIX, PRIMARY, TIMINGS, deploy_choices, metric_loss, with_speedups
 from finesweep.spaces import SweepConfig, Task
 from finesweep.spaces.files import write_json_atomic
@@ -99,9 +100,9 @@ def export_best(
     seconds: dict[str, float] = {}
     samples = config.export.generation_samples if task == Task.causal_lm else 0
     metrics, answers = {}, {}
+    label_names = label_names or _split_labels(test_split)
     with _timed(seconds, FULL):
-        _save_full(config, Path(checkpoint_dir), Path(tokenizer_source), best, full_dir,
-                   label_names or _split_labels(test_split))
+        _save_full(config, Path(checkpoint_dir), Path(tokenizer_source), best, full_dir, label_names)
         adapter = None
         if _is_adapter(Path(checkpoint_dir)):
             adapter = _save_adapter(Path(checkpoint_dir), full_dir, _fresh(out_dir / ADAPTER))
@@ -128,10 +129,7 @@ def export_best(
     metrics = with_speedups(metrics)
     warnings = [not_made_paragraph(variant, reason, list(metrics), out_dir, log_file)
                 for variant, reason in not_made.items()] + drop_warnings(metrics, task, config.export.max_metric_drop)
-    warnings += search_warnings or []
-    if task == Task.classification:
-        warnings += baseline_comparison.majority_class_warnings(metrics[FULL], list(test_split["labels"]),
-                                                                label_names or _split_labels(test_split))
+    warnings += (search_warnings or []) + majority_class_warnings(metrics[FULL], test_split["labels"], label_names)
     for warning in warnings:
         log.info("export: %s", warning)
     deploy = deploy_choices(metrics, task, config.export.max_metric_drop)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 from scipy.stats import bootstrap
@@ -181,11 +181,12 @@ def sentence(name: str, winner: float, baseline: float, gain: float, higher_is_b
             f"tuned model {verdict}")
 
 
-def majority_class_warnings(full: dict[str, float], labels: list[int], names: list[str] | None) -> list[str]:
+def majority_class_warnings(full: dict[str, float], labels: Iterable[int], names: list[str] | None) -> list[str]:
     """A classifier's paragraph where its test accuracy (in `full`, the full model's test metrics) is no better than
     answering the test split's most frequent class every time: a model that learned nothing from the texts scores
-    about that share, and its gain over a baseline trained as badly says nothing. Empty where it beats that share."""
-    if not labels or "accuracy" not in full:
+    about that share, and its gain over a baseline trained as badly says nothing. Empty where it beats that share, and
+    for a causal LM (no accuracy: its labels are token ids)."""
+    if "accuracy" not in full or not (labels := list(labels)):
         return []
     label, count = Counter(labels).most_common(1)[0]
     share, accuracy = count / len(labels), full["accuracy"]
