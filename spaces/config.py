@@ -122,7 +122,12 @@ def source_name(gguf_file: Any, hub_id: Any, path: Any) -> str | None:
                  else source.replace("\\", "/").rsplit("/", 1)[-1])
     else:
         return None
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", found).strip("-") or None
+    return safe_name(found) or None
+
+
+def safe_name(text: str) -> str:
+    """`text` with every run of characters NAME_PATTERN refuses made one '-' (none at either end)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
 
 
 class ModelCandidate(Section):

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from finesweep.spaces.config import CHAT_TEMPLATE_SETTINGS, NAME_PATTERN, PACKAGE_SCHEME, SweepConfig
+from finesweep.spaces.config import CHAT_TEMPLATE_SETTINGS, NAME_PATTERN, PACKAGE_SCHEME, SweepConfig, safe_name
 
 _UNION_MEMBER_TAGS = {"float", "int", "str", "list[int]", "list[str]", "none"}
 # Union members written as a mapping (a range, the baseline's recipe): their errors concern a mapping input only.
@@ -118,7 +118,7 @@ def _describe_one(item: dict[str, Any], raw: dict[str, Any]) -> str:
         return f"{where}: required but missing. Add it (see docs/sweep-file.md)."
     found = item.get("input")
     if kind == "string_pattern_mismatch" and item.get("ctx", {}).get("pattern") == NAME_PATTERN:
-        return f"{where}: use only letters, digits, '.', '_' and '-', but found {found!r}. Rename it, e.g. {re.sub(r'[^A-Za-z0-9_.-]+', '-', str(found))!r}."
+        return f"{where}: use only letters, digits, '.', '_' and '-', but found {found!r}. Rename it, e.g. {safe_name(str(found))!r}."
     message = item["msg"].removeprefix("Value error, ")
     found_text = "" if kind == "value_error" or isinstance(found, dict) else f", but found {found!r}"
     return f"{where}: {message}{found_text}."
