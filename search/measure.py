@@ -22,6 +22,7 @@ from finesweep.search.probe.export_calibration import calibration_key
 from finesweep.search.probe.export_calibration import ratios as export_ratios
 from finesweep.search.probe.export_fit import fit_export
 from finesweep.search.probe.plan import RAY_START_SECONDS, apply, plan_search
+from finesweep.search.probe.simulate import TRIAL_START_SECONDS
 from finesweep.search.probe.second_trial import one_trial_warning
 from finesweep.search.probe.sharing import core_slots, gpu_slots
 from finesweep.search.probe.steer import (dominated_precisions, fastest_first, slow_values, stand_ins,
@@ -244,6 +245,9 @@ def within_limit(config: SweepConfig, plan_for, limit: float, elapsed: float) ->
     export = plan_for(unlimited).export_seconds if lighter else provisional.export_seconds
     spare = EXPORT_ESTIMATE_MARGIN * export + LIMIT_OVERHEAD_SECONDS
     search = left - export - spare
+    equal_time = config.search.baseline_budget == "equal"
+    if equal_time:  # the baseline trains again as long as the export did (equal_time.py), one start more
+        search = (search - TRIAL_START_SECONDS) / 2
     budgeted = unlimited.model_copy(update={"search": unlimited.search.model_copy(
         update={"time_budget_minutes": max(search, 1.0) / 60})})
     # The cadence the search's own budget plans (search/probe/cadence.py lowers a default one where it must).
@@ -259,7 +263,9 @@ def within_limit(config: SweepConfig, plan_for, limit: float, elapsed: float) ->
             "cheaper (a shorter data.max_seq_len, a smaller search.eval_every_steps, fewer export.quantization "
             "variants); the data and the probe are cached, so a second run starts faster.")
     division = (f"the time limit {config.search.time_limit} ({limit:.0f} s) divided: data and probe {elapsed:.0f} s, "
-                f"search {search:.0f} s, export {export:.0f} s (predicted), Ray, the records, the exit and the "
+                f"search {search:.0f} s, "
+                + ("and up to as long again for the baseline at equal time, " if equal_time else "")
+                + f"export {export:.0f} s (predicted), Ray, the records, the exit and the "
                 f"estimate's error {spare:.0f} s"
                 + (f"; {lighter}" if lighter else ""))
     return budgeted, division

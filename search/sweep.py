@@ -22,6 +22,7 @@ from finesweep.search.outputs.variants import check_backends
 from finesweep.search.probe import export_calibration
 from finesweep.search.probe.cores import usable_cores, warn_of_other_work
 from finesweep.search.probe.device import Device
+from finesweep.search.selection import arms
 from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.best import Best, baseline_of, compared_params
 from finesweep.search.selection.edges import edge_warnings
@@ -71,7 +72,9 @@ class Session(Measured):
     plan: dict[str, Any] | None = None  # what the plan decided and predicted (a new sweep's; a resume keeps its own)
     exploitation: dict[str, Any] | None = None  # what training the winner further did (search.exploit), when it ran
     no_export_reason: str = ""  # why the search left nothing to export, and the fix (callbacks.no_evaluation_reason)
-    equal_samples: dict[str, Any] | None = None  # the winner's trial against the baseline's at equal samples
+    # What the comparison with the baseline needs besides the test split (comparison_inputs): the recipe effect, the
+    # training behind each arm, the equal-time run where search.baseline.budget is equal.
+    comparison: dict[str, Any] | None = None
     compared: list[dict[str, Any]] = field(default_factory=list)  # the search's evaluated trials' hyperparameters
 
 
@@ -227,12 +230,42 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     session.clock.lap("search")
     baseline = baseline_of(results, config.search.metric, config.search.mode)
     session.compared = compared_params(results)
-    if best is not None:
-        session.equal_samples = baseline_comparison.paired_with(
-            exploit.histories(results, config.search.metric), {"trial_id": best.trial_id,
-                                                                "exploitation": session.exploitation},
-            baseline.trial_id if baseline else None, config.search.mode)
+    if best is not None and baseline is not None:
+        session.comparison = comparison_inputs(session, results, best, baseline)
+        if config.search.baseline_budget == "equal":
+            _train_baseline_again(session, setup, results, baseline, resume)
     return best, baseline
+
+
+def comparison_inputs(session: Session, results, best: Best, baseline: Best) -> dict[str, Any]:
+    """The recipe effect (the export's trial against the baseline's at equal training, on validation) and the
+    samples and seconds behind each arm, from Tune's results (selection/arms.py)."""
+    config = session.config
+    histories = exploit.histories(results, config.search.metric)
+    exported = {**best.as_dict(), "exploitation": session.exploitation}
+    return {"recipe_effect": baseline_comparison.paired_with(histories, exported, baseline.trial_id,
+                                                             config.search.mode),
+            "arms": {"export": arms.export_arm(exported, session.exploitation, histories).as_dict(),
+                     "baseline": arms.trial_arm(baseline.as_dict(), histories).as_dict()},
+            "mode": config.search.mode, "validation_rows": session.data.prepared.report.splits.get("validation", 0)}
+
+
+def _train_baseline_again(session: Session, setup, results, baseline: Best, resume: bool) -> None:
+    """search.baseline.budget equal: the baseline recipe trained for the export's seconds (tuning/equal_time.py),
+    recorded in sweep-state.json before it starts so that a resume goes on with it; its checkpoint becomes the
+    baseline arm the test split scores."""
+    from finesweep.search.tuning import equal_time
+
+    comparison = session.comparison
+    recorded = read_state(session.folder.root).get("equal_time") if resume else None
+    seconds = recorded["seconds"] if recorded else comparison["arms"]["export"]["seconds"]
+    done = equal_time.train_baseline_again(
+        session.config, setup, baseline, results, seconds, session.plan, session.tracker.uri, session.console,
+        resuming=recorded is not None, save=lambda record: _update_state(session, equal_time=record))
+    comparison["equal_time"] = done
+    if checkpoint := done.get("checkpoint"):
+        comparison["arms"]["baseline"] = arms.Arm(arms.samples(checkpoint), done["trained_seconds"]).as_dict()
+    session.clock.lap("equal_time_baseline")
 
 
 def _exploit(session: Session, setup, winner: Best | None, results, explored: float | None,
@@ -242,11 +275,16 @@ def _exploit(session: Session, setup, winner: Best | None, results, explored: fl
     resume after a crash goes on with it."""
     if winner is None or not exploit.applies(session.config):
         return winner
+    resumed = explored is None
+    if resumed and "exploited" in (state := read_state(session.folder.root)):  # it had ended before the crash
+        session.exploitation = state["exploited"]["record"]
+        return Best.from_dict(state["exploited"]["pick"])
     final, session.exploitation = exploit.continue_winner(
         session.config, setup, winner, results, explored, continuing, session.plan, session.tracker.uri,
         session.console, lambda record: _update_state(session, exploitation=record),
         validation_rows=session.data.prepared.report.splits.get("validation", 0),
         train_rows=session.data.prepared.report.splits.get("train", 0))
+    _update_state(session, exploited={"record": session.exploitation, "pick": final.as_dict()})
     if session.exploitation:  # the real split of the budget, beside the plan's on the parent run
         done = session.exploitation
         split = {"exploitation_seconds": exploit_outcome.trained_seconds(done), **(
@@ -268,7 +306,7 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
     edges = [] if baseline_won else edge_warnings(best.params, session.config.space,  # the baseline is off-space
                                                   session.compared)
     exported = export_winner(session.config, session.folder, session.data, best, console, baseline, edges,
-                             session.exploitation, session.equal_samples, len(session.compared))
+                             session.exploitation, session.comparison, len(session.compared))
     registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)
     export_calibration.learn(session.plan, exported.seconds, exported.not_made)  # the next plan's estimate
     session.clock.lap("export")
@@ -276,7 +314,7 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
             "deploy": exported.deploy, "warnings": exported.warnings, "registered": registered,
             "export_complete": not exported.not_made, "export_not_made": exported.not_made,
             "baseline": exported.baseline or None, "baseline_trial": baseline.as_dict() if baseline else None,
-            "edge_warnings": edges, "exploitation": session.exploitation,
+            "edge_warnings": edges, "exploitation": session.exploitation, "comparison": session.comparison,
             "export_steps": _against_plan(exported.seconds, session.plan)}
 
 
@@ -309,8 +347,7 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
     check_backends(config)
     baseline = Best.from_dict(summary["baseline_trial"]) if summary.get("baseline_trial") else None
     exported = export_winner(config, folder, prepare_data(config, folder, console), best, console, baseline,
-                             summary.get("edge_warnings"), summary.get("exploitation"),
-                             (summary.get("baseline") or {}).get("equal_samples"),
+                             summary.get("edge_warnings"), summary.get("exploitation"), summary.get("comparison"),
                              (summary.get("baseline") or {}).get("searched_trials"))
     record_export(config, Tracker(state["tracking_uri"]), state["experiment_id"], state["parent_run_id"], exported,
                   best, console)
@@ -319,9 +356,9 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
 
 def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console,
                   baseline=None, edges: list[str] | None = None, exploitation: dict[str, Any] | None = None,
-                  paired: dict[str, Any] | None = None, searched: int | None = None):
-    """`paired`: the winner's and the baseline's trials at equal samples; `searched`: the space's trials that
-    reported an evaluation (selection/baseline.py::sentence), both for the comparison with the baseline."""
+                  comparison: dict[str, Any] | None = None, searched: int | None = None):
+    """`comparison` (comparison_inputs, with the equal-time run's record where it ran) and `searched` (the space's
+    trials that reported an evaluation): for the comparison with the baseline (selection/baseline.py::compare)."""
     name = baseline_comparison.export_name({"trial_id": best.trial_id, "exploitation": exploitation})
     console.step(f"Exporting the best checkpoint ({name}, step {best.step}) and quantizing")
     tokenizer = load_tokenizer(config.candidate(best.model), config.trust_remote_code,
@@ -332,7 +369,7 @@ def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep,
                          best={**best.as_dict(), **({"exploitation": exploitation} if exploitation else {})},
                          out_dir=folder.export_dir(config), label_names=data.prepared.label_names,
                          log_file=folder.log_file,
-                         baseline={**baseline.as_dict(), "equal_samples": paired, "searched_trials": searched}
+                         baseline={**baseline.as_dict(), **(comparison or {}), "searched_trials": searched}
                          if baseline else None,
                          search_warnings=edges, chat_format=data.prepared.report.chat_format)
     console.export_table(result)

@@ -319,6 +319,10 @@ class SweepConfig(Section):
         if recipe.method is not None and recipe.method not in self.space.method:
             problems.append(f"search.baseline.method: {recipe.method.value!r} is not among space.method "
                             f"{[m.value for m in self.space.method]}; add it there or choose one of them")
+        if recipe.budget == "equal" and self.resources.workers_per_trial > 1:
+            problems.append(f"search.baseline.budget: equal trains the baseline again in one process, but "
+                            f"resources.workers_per_trial is {self.resources.workers_per_trial}; set budget: trial, "
+                            "or workers_per_trial: 1")
         return problems
 
     @property

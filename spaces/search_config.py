@@ -53,6 +53,7 @@ class BaselineRecipe(Section):
     weight_decay: float = Field(0.0, ge=0, description="TrainingArguments' default: none.")
     lora_r: int = Field(8, ge=1, description="lora and qlora: peft's LoraConfig default rank.")
     lora_alpha: int = Field(16, ge=1, description="lora and qlora: twice the rank, the usual pairing (peft's own default is 8).")
+    budget: Literal["trial", "equal"] = Field("trial", description="trial: the recipe trains as the search's first trial, and the export is compared with it at equal training on validation (the recipe effect) and, labelled as unequal, on test. equal: after the search, the recipe also trains from step 0 for as many seconds as the export trained, on the same cores, and both are scored on the test split: the gain at equal time, with its interval. It doubles the search's time; the plan shows it (docs/how-it-works.md, 'The baseline').")
 
 
 AUTO_SHARE_UNPLANNED = 0.4  # search.exploit.share auto where the plan measured nothing to resolve it from
@@ -167,6 +168,13 @@ class SearchConfig(Section):
         return (f"search.metric: a {task.value} trial does not report {self.metric!r}, so no trial could be compared "
                 f"or picked; it reports {', '.join(reported)}. "
                 f"{f'Did you mean {close[0]!r}? ' if close else ''}Set search.metric to one of them")
+
+    @property
+    def baseline_budget(self) -> Literal["trial", "equal"] | None:
+        """How the baseline is measured (BaselineRecipe.budget); None where search.baseline is off."""
+        if self.baseline == "off":
+            return None
+        return self.baseline.budget if isinstance(self.baseline, BaselineRecipe) else "trial"
 
     @property
     def exploration_seconds(self) -> float | None:

@@ -52,20 +52,36 @@ def model_card(config: SweepConfig, best: dict, metrics: dict[str, dict[str, flo
 
 
 def _baseline_section(baseline: dict[str, Any]) -> str:
-    """How the tuned model compares with the recipe its user would have run without the search, on the test split."""
+    """How the tuned model compares with the recipe its user would have run without the search: what the search
+    found, what the rest of the budget bought, and the test split's scores with the training behind each."""
     names = list(baseline["test"])
-    header = ["", *[GENERATION_SCORES.get(name, name) for name in names]]
-    rows = [["tuned (this export)", *[_fmt(baseline["winner_test"].get(n)) for n in names]],
-            ["baseline recipe", *[_fmt(baseline["test"].get(n)) for n in names]]]
+    header = ["", *[GENERATION_SCORES.get(name, name) for name in names], "training samples", "seconds"]
+    arms = baseline.get("arms") or {}
+    equal = (baseline.get("equal_time") or {}).get("checkpoint")
+    rows = [["tuned (this export)", *[_fmt(baseline["winner_test"].get(n)) for n in names], *_arm(arms.get("export"))],
+            [f"baseline recipe ({'at equal time' if equal else 'its trial'})",
+             *[_fmt(baseline["test"].get(n)) for n in names], *_arm(arms.get("baseline"))]]
     if baseline.get("untuned_test"):
-        rows.append([UNTUNED, *[_fmt(baseline["untuned_test"].get(n)) for n in names]])
+        rows.append([UNTUNED, *[_fmt(baseline["untuned_test"].get(n)) for n in names], "0", ""])
+    if baseline.get("floor"):
+        rows.append(["most frequent class", *[_fmt(baseline["floor"].get(n)) for n in names], "", ""])
     recipe = ", ".join(f"{k} {v}" for k, v in baseline["params"].items())
-    lines = ["## Against the baseline\n", f"**{_capitalized(baseline['sentence'])}.**\n",
-             f"The baseline is the recipe a user would run without finesweep ({recipe}), trained in the same sweep "
-             f"as its first trial (`{search_trial_name(baseline['trial_id'])}`; best evaluation at step "
-             f"{baseline['step']}), never stopped early, and measured on the same test split by the same code.\n",
+    where = ("trained again from step 0 after the search for as many seconds as the export trained "
+             "(search.baseline.budget: equal)" if equal else
+             f"trained in the same sweep as its first trial (`{search_trial_name(baseline['trial_id'])}`; best "
+             f"evaluation at step {baseline['step']}), never stopped early")
+    lines = ["## Against the baseline\n", *[f"{sentence}\n" for sentence in baseline["sentences"]],
+             f"The baseline is the recipe a user would run without finesweep ({recipe}), {where}, and measured on the "
+             "same test split by the same code.\n",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header), *["| " + " | ".join(r) + " |" for r in rows], ""]
     return "\n".join(lines)
+
+
+def _arm(arm: dict[str, Any] | None) -> list[str]:
+    """An arm's training samples and seconds (selection/arms.py) as table cells."""
+    if not arm:
+        return ["", ""]
+    return [f"{arm['samples']:,}", f"{arm['seconds']:.0f}"]
 
 
 def _incomplete_notice(not_made: dict[str, str]) -> str:

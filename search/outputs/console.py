@@ -83,7 +83,9 @@ class Console:
         end = time.strftime("%H:%M:%S", time.localtime(time.time() + plan.predicted_seconds))
         self.print(f"  predicted: {run.started} trials start ({run.completed} to full length, {run.stopped_early} "
                        f"stopped by ASHA, {run.cut_by_budget} by the budget); search {plan.search_seconds:.0f} s{_split(plan)}, "
-                       f"export {plan.export_seconds:.0f} s; ends about {end} "
+                       + (f"the baseline at equal time up to {plan.equal_time_seconds:.0f} s, "
+                          if plan.equal_time_seconds else "")
+                       + f"export {plan.export_seconds:.0f} s; ends about {end} "
                        f"({elapsed + plan.predicted_seconds:.0f} s after the start)")
 
     def search_start(self, algorithm: str, scheduler: str, plateau_patience: int | None) -> None:

@@ -151,20 +151,21 @@ def export_best(
 def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: tuple[dict[str, float], RowScores],
                       test_split: Any, collate: Callable, label_names: list[str] | None, samples: int,
                       tokenizer_dir: Path) -> tuple[dict[str, Any], list[dict[str, str]]]:
-    """The baseline trial's best checkpoint saved as the full model is (LoRA merged) and evaluated on the test split
-    by the same code, with greedy answers to the same `samples` test prompts (a causal LM); the winner's own numbers
+    """The baseline's checkpoint (the equal-time run's where it evaluated, else the baseline trial's best) saved as
+    the full model is (LoRA merged) and evaluated on the test split by the same code, with greedy answers to the same `samples` test prompts (a causal LM); the winner's own numbers
     where the baseline won. `winner`: the full model's test metrics and RowScores, the gain's interval paired with the
     baseline's rows. A causal LM's untuned base model too, its answers decoded by `tokenizer_dir`'s tokenizer (the
     export's). Returns the comparison and the untuned model's answers (none for a classifier)."""
     task = Task(config.data.task)
     winner_metrics, winner_rows = winner
     rows = None
-    if baseline["trial_id"] == best["trial_id"] and int(baseline["step"]) == int(best["step"]):
+    scored = baseline_comparison.scored_checkpoint(baseline)
+    if scored["trial_id"] == best["trial_id"] and int(scored["step"]) == int(best["step"]):
         measured = winner_metrics
     else:
-        checkpoint = Path(baseline["checkpoint_dir"])
+        checkpoint = Path(scored["checkpoint_dir"])
         with tempfile.TemporaryDirectory(prefix="finesweep-baseline-") as scratch:
-            _save_full(config, checkpoint, checkpoint, baseline, Path(scratch),
+            _save_full(config, checkpoint, checkpoint, scored, Path(scratch),
                        label_names or _split_labels(test_split))
             model = load_checkpoint(scratch, task, trust_remote_code=config.trust_remote_code)
             measured, baseline_rows = evaluate_rows(model, test_split, collate, task)
@@ -176,7 +177,9 @@ def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: t
     untuned, untuned_answers = None, []
     if task == Task.causal_lm:
         untuned, untuned_answers = _untuned_base(config, best, test_split, collate, samples, tokenizer_dir)
-    comparison = baseline_comparison.compare(task, winner_metrics, measured, best, baseline, untuned, rows, config.seed)
+    floor = baseline_comparison.majority_share(test_split["labels"]) if task == Task.classification else None
+    comparison = baseline_comparison.compare(task, winner_metrics, measured, best, baseline, untuned, rows, config.seed,
+                                             floor)
     return comparison, untuned_answers
 
 

@@ -94,6 +94,9 @@ class SearchPlan:
     exploit_share: float | None = None  # search.exploit.share as planned (auto resolved)
     dropout: Any = AUTO_DROPOUT  # space.dropout as planned (auto resolved: search/probe/dropout_default.py)
     export_calibration: dict[str, Any] = field(default_factory=dict)  # key, ratios applied (export_calibration.py)
+    # search.baseline.budget equal: after the search, the baseline recipe trains again for as long as the export
+    # trained (search/tuning/equal_time.py); at most the search's budget, which is what this predicts.
+    equal_time_seconds: float = 0.0
 
     def steps_per_evaluation(self, times: CombinationTimes) -> float:
         """Optimizer steps between evaluations at the space's mean effective batch."""
@@ -122,7 +125,7 @@ class SearchPlan:
     @property
     def predicted_seconds(self) -> float:
         """Seconds from the search's start to the end of the export."""
-        return self.search_seconds + self.export_seconds
+        return self.search_seconds + self.equal_time_seconds + self.export_seconds
 
     def to_dict(self) -> dict[str, Any]:
         return {"max_steps": self.max_steps, "requested_max_steps": self.requested_max_steps,
@@ -133,6 +136,7 @@ class SearchPlan:
                 "export_calibration": self.export_calibration,
                 "exploration_seconds": round(self.search_seconds - self.exploitation_seconds, 1),
                 "exploitation_seconds": round(self.exploitation_seconds, 1), "exploit_share": self.exploit_share,
+                "equal_time_seconds": round(self.equal_time_seconds, 1),
                 "simulated": vars(self.simulated), "notes": self.notes, "period_seconds": self.period_seconds,
                 "samples_per_evaluation": self.samples_per_evaluation,
                 "combinations": {c.key: {"samples_per_second": round(c.samples_per_second, 2),
@@ -346,7 +350,18 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                           f"{search.exploit.fraction:.2f}{auto_note}; from its "
                           f"{'latest checkpoint' if search.exploit.start == 'checkpoint' else 'step 0'}, with every core"
                           f"{passes_cap_words(search, train_rows, task)})")
+    if search.baseline_budget == "equal":
+        plan.equal_time_seconds = equal_time_seconds(plan.search_seconds)
+        plan.notes.append(f"then up to {plan.equal_time_seconds:.0f} s for the baseline recipe trained again for as "
+                          "long as the export trained (search.baseline.budget: equal): the gain at equal time costs "
+                          "the search's time twice")
     return plan
+
+
+def equal_time_seconds(search_seconds: float) -> float:
+    """The equal-time baseline's seconds at most: the export's runs train within the search's budget (Ray's start
+    aside), and the run starts once more."""
+    return max(search_seconds - RAY_START_SECONDS, 0.0) + TRIAL_START_SECONDS
 
 
 def _trials_schedule(search: SearchConfig, combinations: list[CombinationTimes], effective_batches: list[int],

@@ -34,47 +34,199 @@ def quality(metrics: dict[str, float], task: Task) -> dict[str, float]:
 
 def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], best: dict[str, Any],
             baseline_trial: dict[str, Any], untuned: dict[str, float] | None = None,
-            rows: tuple[RowScores, RowScores] | None = None, seed: int = 0) -> dict[str, Any]:
-    """What summary.json, the parent run, the card and the console say: both test scores, the gain in the task's
-    primary metric (accuracy: points, + is better; perplexity: percent, - is better) and on validation, and whether
-    the baseline itself won (then the export is the baseline's checkpoint: the search found nothing better).
-    `untuned` (a causal LM): the base model's test scores before any training, the floor both started from.
-    `baseline_trial["equal_samples"]` (equal_samples.Paired.as_dict), where the sweep paired the two trials: the
-    winner's recipe against the baseline's at equal training samples, said beside a gain the longer training made.
-    `rows` (the winner's and the baseline's RowScores on the test split, where they are different checkpoints): the
-    gain's 95% interval (gain_interval, `seed`), said with the gain."""
+            rows: tuple[RowScores, RowScores] | None = None, seed: int = 0,
+            floor: dict[str, float] | None = None) -> dict[str, Any]:
+    """What summary.json, the parent run, the card and the console say of the export against the baseline recipe,
+    as two effects never summed into one verdict:
+
+    - the recipe effect (what the search found): the winner's trial against the baseline's trial at equal training
+      on validation (`baseline_trial["recipe_effect"]`, equal_samples.Paired.as_dict);
+    - the training effect (what the rest of the budget bought): the winner's recipe from that point to the export;
+
+    and the test split's scores of both, with the samples and seconds behind each (`baseline_trial["arms"]`). Only an
+    equal-time baseline (`baseline_trial["equal_time"]`, search.baseline.budget: equal) makes their difference a
+    gain; any other difference is labelled as one between arms trained unequally. `winner`/`baseline`: the test
+    metrics of the export and of the baseline checkpoint scored; `untuned` (a causal LM): the base model's before any
+    training; `floor` (a classifier): what always answering the test split's most frequent class scores; `rows`: both
+    models' RowScores on the test split, for the difference's interval (`seed`)."""
     name, higher_is_better = PRIMARY[Task(task)]
-    won = baseline_trial["trial_id"] == origin(best)
-    gain = _gain(winner[name], baseline[name], higher_is_better)
-    searched = baseline_trial.get("searched_trials")
+    footing = _footing(baseline_trial, best)
+    difference = _gain(winner[name], baseline[name], higher_is_better)
     interval = gain_interval(task, *rows, seed) if rows else None
     test_rows = len(rows[0].values) if rows else None
-    said = sentence(name, winner[name], baseline[name], gain, higher_is_better, won, origin(best) != best["trial_id"],
-                    searched, interval, test_rows)
-    pair = baseline_trial.get("equal_samples") if not won else None
-    if not won and (trained := _samples(best)) > (reference := _samples(baseline_trial)) > 0:
-        # Where the recipes were paired and the tuned one did not lead, the whole gain is the longer training.
-        recipe_led = pair.get("tuned_leads", True) if pair else True  # summaries before the key: as they said
-        said += (f"; the baseline trained on {reference:,} samples inside the sweep's budget, the tuned model on "
-                 f"{trained:,}: {'part of the gain' if recipe_led else 'the gain'} is the longer training")
-        if pair:
-            said += (f" (the best validation {baseline_trial['metric']} within the first {pair['samples']:,} "
-                     f"samples of each: {pair['tuned']:.4g} for the tuned recipe, {pair['baseline']:.4g} for the "
-                     "baseline)")
-    if won and (rate := (best.get("params") or {}).get("dropout")) != baseline_trial["params"].get("dropout"):
-        said += (f"; trained further with the space's dropout {rate:g} (the baseline trial kept the checkpoint's, as a "
-                 "user's run does)")
-    if untuned and name in untuned:
-        said += f"; the untuned base model: test {name} {untuned[name]:.4g}{_answers(untuned, winner)}"
+    won = origin(best) == baseline_trial["trial_id"]
+    recipe = None if won else recipe_effect(baseline_trial)  # the export is the baseline recipe: nothing to pair
+    training = training_effect(best, baseline_trial.get("arms") or {}, recipe)
+    test = {"name": name, "winner": winner[name], "baseline": baseline[name], "difference": difference,
+            "higher_is_better": higher_is_better, "interval": interval, "test_rows": test_rows}
+    said = [_recipe_sentence(baseline_trial, best, recipe), _training_sentence(training, baseline_trial["metric"]),
+            _test_sentence(footing, test, baseline_trial), _floor_sentence(name, untuned, floor, winner)]
+    equal = footing == EQUAL_TIME
     return {
         "trial_id": baseline_trial["trial_id"], "step": baseline_trial["step"], "params": baseline_trial["params"],
         "validation": {baseline_trial["metric"]: baseline_trial["value"]}, "test": quality(baseline, task),
-        "winner_test": quality(winner, task), "metric": name, "gain": gain,
-        "gain_unit": "points" if higher_is_better else "percent", "gain_interval": list(interval) if interval else None,
-        "test_rows": test_rows, "validation_gain": best["value"] - baseline_trial["value"],
-        "baseline_won": won, "sentence": said, "untuned_test": quality(untuned, task) if untuned else None,
-        "equal_samples": pair, "searched_trials": searched,
+        "winner_test": quality(winner, task), "metric": name, "footing": footing,
+        "unit": "points" if higher_is_better else "percent", "difference": difference,
+        "difference_interval": list(interval) if interval else None, "test_rows": test_rows,
+        "gain": difference if equal else None, "gain_interval": list(interval) if equal and interval else None,
+        "arms": baseline_trial.get("arms"), "recipe_effect": recipe, "training_effect": training,
+        "equal_time": baseline_trial.get("equal_time"), "baseline_won": won,
+        "searched_trials": baseline_trial.get("searched_trials"),
+        "untuned_test": quality(untuned, task) if untuned else None, "floor": floor,
+        "sentences": [line for line in said if line], "sentence": " ".join(line for line in said if line),
     }
+
+
+# How the test split's two scores stand to each other.
+SAME_CHECKPOINT, EQUAL_TIME, UNEQUAL = "same_checkpoint", "equal_time", "unequal"
+
+
+def _footing(baseline_trial: dict[str, Any], best: dict[str, Any]) -> str:
+    """same_checkpoint: the export is the baseline trial's checkpoint; equal_time: the baseline scored is the recipe
+    trained again for the export's seconds; unequal: the baseline trial's checkpoint, trained for a trial's share."""
+    if (baseline_trial.get("equal_time") or {}).get("checkpoint"):
+        return EQUAL_TIME
+    if baseline_trial["trial_id"] == best["trial_id"] and int(baseline_trial["step"]) == int(best["step"]):
+        return SAME_CHECKPOINT
+    return UNEQUAL
+
+
+def scored_checkpoint(baseline_trial: dict[str, Any]) -> dict[str, Any]:
+    """The baseline checkpoint the test split scores: the equal-time run's where it evaluated, else the trial's."""
+    return (baseline_trial.get("equal_time") or {}).get("checkpoint") or baseline_trial
+
+
+def recipe_effect(baseline_trial: dict[str, Any]) -> dict[str, Any] | None:
+    """The sweep's pairing of the two trials on validation, with the difference in the search metric's units and, for
+    an accuracy, its approximate interval over the validation rows; None where the trials were not paired."""
+    paired = baseline_trial.get("recipe_effect")
+    if not paired:
+        return None
+    share = _is_share(baseline_trial["metric"])
+    rows = baseline_trial.get("validation_rows") or 0
+    return {**paired, "difference": _gain(paired["tuned"], paired["baseline"], share),
+            "unit": "points" if share else "percent", "validation_rows": rows,
+            "interval": _share_interval(paired["tuned"], paired["baseline"], rows) if share else None}
+
+
+def training_effect(best: dict[str, Any], arms: dict[str, Any], recipe: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The winner's recipe from where the recipe effect was measured to the export, on validation: what the rest of
+    the budget bought. None where the recipes were not paired or the export was trained no further than that."""
+    export = arms.get("export")
+    if not recipe or not export or export["samples"] <= recipe["tuned_samples"]:
+        return None
+    share = recipe["unit"] == "points"
+    return {"from": recipe["tuned"], "to": best["value"], "from_samples": recipe["tuned_samples"],
+            "from_seconds": recipe["tuned_seconds"], "to_samples": export["samples"], "to_seconds": export["seconds"],
+            "difference": _gain(best["value"], recipe["tuned"], share), "unit": recipe["unit"]}
+
+
+def _is_share(metric: str) -> bool:
+    """A metric between 0 and 1, compared in points (accuracy, F1); any other (a loss) in percent."""
+    return metric.removeprefix("eval_") in ("accuracy", "f1_macro")
+
+
+def _share_interval(tuned: float, baseline: float, rows: int) -> list[float] | None:
+    """The CONFIDENCE interval, in points, of the difference of two accuracies over `rows` validation rows: the
+    normal approximation for two independent proportions (the two models' rows are the same, so a paired interval
+    would be narrower: this one does not overstate the difference's certainty). None without rows."""
+    if rows < 2:
+        return None
+    spread = 1.959964 * math.sqrt((tuned * (1 - tuned) + baseline * (1 - baseline)) / rows)
+    return [round(100 * (tuned - baseline - spread), 2), round(100 * (tuned - baseline + spread), 2)]
+
+
+def _recipe_sentence(baseline_trial: dict[str, Any], best: dict[str, Any], recipe: dict[str, Any] | None) -> str:
+    """What the search found: the recipe effect, or why there is none to measure."""
+    searched, metric = baseline_trial.get("searched_trials"), baseline_trial["metric"]
+    if origin(best) == baseline_trial["trial_id"]:
+        if searched == 0:
+            return ("What the search found: nothing; no trial of the space reached an evaluation, so the budget "
+                    "paid for the baseline trial alone.")
+        further = origin(best) != best["trial_id"]
+        return ("What the search found: no recipe that beat the baseline's on validation, so the export is the "
+                f"baseline recipe{' trained further with the rest of the budget' if further else ''}.")
+    if not recipe:
+        return ("What the search found is not measured: the winner's trial and the baseline's have no evaluations "
+                "within the training both reached.")
+    unit = "points" if recipe["unit"] == "points" else "%"
+    spread = (f"; {CONFIDENCE:.0%} interval {recipe['interval'][0]:+.2f} to {recipe['interval'][1]:+.2f} over "
+              f"{recipe['validation_rows']:,} validation rows" if recipe.get("interval") else "")
+    verdict = _verdict(recipe["difference"], baseline_trial.get("mode", "max") == "max", recipe.get("interval"),
+                       "the tuned recipe", "the baseline recipe")
+    tuned = _trained(recipe["tuned_samples"], recipe["tuned_seconds"])
+    base = _trained(recipe["baseline_samples"], recipe["baseline_seconds"])
+    return (f"What the search found (the recipe effect, on validation at equal {recipe['footing']}): {metric} "
+            f"{recipe['tuned']:.4g} for the tuned recipe ({tuned}) against {recipe['baseline']:.4g} for the baseline "
+            f"recipe ({base}), {recipe['difference']:+.2f} {unit}{spread}: {verdict}.")
+
+
+def _verdict(difference: float, higher_is_better: bool, interval, tuned: str, baseline: str) -> str:
+    """Which side leads, or that the data cannot tell (a tie, or an interval that holds 0)."""
+    if difference == 0:
+        return "they tie"
+    if interval and interval[0] <= 0 <= interval[1]:
+        return "within what the rows can tell apart (the interval holds 0)"
+    return f"{tuned if (difference > 0) == higher_is_better else baseline} leads"
+
+
+def _training_sentence(training: dict[str, Any] | None, metric: str) -> str:
+    if not training:
+        return ""
+    unit = "points" if training["unit"] == "points" else "%"
+    before = _trained(training["from_samples"], training["from_seconds"])
+    after = _trained(training["to_samples"], training["to_seconds"])
+    return (f"What the rest of the budget bought (the training effect: the tuned recipe trained longer, on "
+            f"validation): {metric} {training['from']:.4g} after {before} to {training['to']:.4g} after {after}, "
+            f"{training['difference']:+.2f} {unit}.")
+
+
+def _test_sentence(footing: str, test: dict[str, Any], baseline_trial: dict[str, Any]) -> str:
+    """The test split's two scores: a gain only at equal time; otherwise labelled as not one."""
+    name, unit = test["name"], "points" if test["higher_is_better"] else "%"
+    arms = baseline_trial.get("arms") or {}
+    export, base = arms.get("export") or {}, arms.get("baseline") or {}
+    spread = (f"; {CONFIDENCE:.0%} interval {test['interval'][0]:+.2f} to {test['interval'][1]:+.2f} over "
+              f"{test['test_rows']:,} test rows" if test["interval"] else "")
+    if footing == SAME_CHECKPOINT:
+        return f"On the test split: {name} {test['winner']:.4g}; the export is the baseline trial's own checkpoint."
+    if footing == EQUAL_TIME:
+        verdict = _verdict(test["difference"], test["higher_is_better"], test["interval"], "the export",
+                           "the baseline recipe")
+        return (f"The gain at equal time: the baseline recipe trained again from step 0 for "
+                f"{baseline_trial['equal_time']['seconds']:.0f} s ({_samples(base)}), as long as the export's runs "
+                f"trained ({_trained(export.get('samples'), export.get('seconds'))}): test {name} "
+                f"{test['winner']:.4g} against {test['baseline']:.4g}, {test['difference']:+.2f} {unit}{spread}: "
+                f"{verdict}.")
+    failed = (baseline_trial.get("equal_time") or {}).get("why")
+    return (f"On the test split, not at equal footing: the export {name} {test['winner']:.4g} "
+            f"({_trained(export.get('samples'), export.get('seconds'))}), the baseline recipe's trial "
+            f"{test['baseline']:.4g} ({_trained(base.get('samples'), base.get('seconds'))}); the difference, "
+            f"{test['difference']:+.2f} {unit}{spread}, mixes the recipe with unequal training and is not what the "
+            f"search bought"
+            + (f" (the equal-time baseline was not scored: {failed})." if failed else
+               " (search.baseline.budget: equal measures that at equal time)."))
+
+
+def _floor_sentence(name: str, untuned: dict[str, float] | None, floor: dict[str, float] | None,
+                    winner: dict[str, float]) -> str:
+    """The untuned floor both models started from: a causal LM's base model, a classifier's majority class."""
+    if untuned and name in untuned:
+        return f"The untuned base model: test {name} {untuned[name]:.4g}{_answers(untuned, winner)}."
+    if floor and name in floor:
+        return f"The floor: always answering the test split's most frequent class scores {name} {floor[name]:.4g}."
+    return ""
+
+
+def _trained(samples: int | None, seconds: float | None) -> str:
+    """'1,624 samples, 95 s' (what is known of it)."""
+    parts = [f"{samples:,} samples"] if samples else []
+    parts += [f"{seconds:.0f} s"] if seconds else []
+    return ", ".join(parts) or "training unknown"
+
+
+def _samples(arm: dict[str, Any]) -> str:
+    return f"{arm['samples']:,} samples" if arm.get("samples") else "samples unknown"
 
 
 def _answers(untuned: dict[str, float], winner: dict[str, float]) -> str:
@@ -86,20 +238,15 @@ def _answers(untuned: dict[str, float], winner: dict[str, float]) -> str:
 
 
 def paired_with(histories: list[History], best: dict[str, Any], baseline_trial: str | None,
-                mode: str) -> dict[str, float] | None:
-    """The trial the export descends from (origin(best)) against the baseline trial at equal training samples
-    (equal_samples.paired), as summary.json keeps it: the recipe's own lead, apart from the longer training the rest of
+                mode: str) -> dict[str, Any] | None:
+    """The trial the export descends from (origin(best)) against the baseline trial at equal training
+    (equal_samples.paired), as summary.json keeps it: the recipe effect, apart from the longer training the rest of
     the budget gave the winner. None where no baseline ran, it is that trial, or either lacks evaluations there."""
     tuned = origin(best)
     if baseline_trial is None or tuned == baseline_trial:
         return None
     found = paired(histories, tuned, baseline_trial, mode)
     return found.as_dict() if found else None
-
-
-def _samples(pick: dict[str, Any]) -> int:
-    """Training samples behind a checkpoint: its step x its effective batch (0 when either is unknown)."""
-    return int(pick.get("step") or 0) * int((pick.get("params") or {}).get("effective_batch_size") or 0)
 
 
 def origin(best: dict[str, Any]) -> str:
@@ -153,32 +300,12 @@ def gain_interval(task: Task, winner: RowScores, baseline: RowScores, seed: int 
     return round(float(low), 2), round(float(high), 2)
 
 
-def sentence(name: str, winner: float, baseline: float, gain: float, higher_is_better: bool, won: bool,
-             continued: bool = False, searched: int | None = None, interval: tuple[float, float] | None = None,
-             test_rows: int | None = None) -> str:
-    """`searched`: the space's trials (the baseline aside) that reported an evaluation; 0: the budget paid for the
-    baseline alone, and "found nothing better" would claim a search that did not happen (None: not counted).
-    `interval` (gain_interval) over `test_rows`: said with the gain, and a gain whose interval holds 0 is not called
-    better or worse."""
-    unit = "points" if higher_is_better else "%"
-    spread = (f"; {CONFIDENCE:.0%} interval {interval[0]:+.2f} to {interval[1]:+.2f} over {test_rows:,} test rows"
-              if interval else "")
-    why = ("the budget paid for the baseline trial alone (no trial of the space reached an evaluation: nothing was "
-           "compared)" if searched == 0 else
-           "the baseline recipe was the best on validation: the search found nothing better in its budget")
-    if won and continued:  # the recipe itself, trained longer: what the budget bought, not what the search found
-        return (f"{why}, so the export is the baseline recipe trained further with the rest of the budget (test "
-                f"{name} {winner:.4g} against {baseline:.4g} at its checkpoint from the search, {gain:+.2f} {unit}"
-                f"{spread})")
-    if won:
-        return f"{why}, so the export is the baseline's checkpoint (test {name} {winner:.4g})"
-    better = gain > 0 if higher_is_better else gain < 0
-    verdict = f"is {'better than' if better else ('the same as' if gain == 0 else 'worse than')} the baseline recipe"
-    if interval and gain != 0 and interval[0] <= 0 <= interval[1]:
-        verdict = (f"scored {'above' if better else 'below'} the baseline recipe by less than the test split can tell "
-                   "apart (the interval holds 0: more test rows would tell)")
-    return (f"tuned vs baseline: test {name} {winner:.4g} against {baseline:.4g} ({gain:+.2f} {unit}{spread}): the "
-            f"tuned model {verdict}")
+def majority_share(labels: Iterable[int]) -> dict[str, float] | None:
+    """A classifier's floor: the accuracy of always answering the most frequent of `labels` (None without labels)."""
+    labels = list(labels)
+    if not labels:
+        return None
+    return {"accuracy": round(Counter(labels).most_common(1)[0][1] / len(labels), 4)}
 
 
 def majority_class_warnings(full: dict[str, float], labels: Iterable[int], names: list[str] | None) -> list[str]:

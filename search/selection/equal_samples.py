@@ -1,17 +1,19 @@
-"""Which model the rest of a time budget trains: models compared at equal training samples, not equal seconds.
+"""Trials compared at equal training: which model the rest of a time budget trains, and what the search found.
 
 Trials of models of different speeds are judged by the search at equal seconds, where the faster model has seen
 more data and leads early; the continuation then trains the winner several times longer, where a model that learns
-more per sample overtakes. On the tweets (benchmarks/README.md, eleventh session), a 3-layer MiniLM led a 6-layer
-one at 95 s of trials (validation 0.694 after 3,424 samples against 0.677 after 1,264), was trained on for 196 s
-and ended 2.3 points under one epoch of the 6-layer model's defaults; at equal samples the 6-layer led (0.677 at
-1,264 against 0.573 at 1,712). Recipes of one model keep the search's comparison (equal seconds, the best
-evaluation). The same pairing tells how much of a winner's lead over the baseline trial is its recipe's, not the
-longer training the rest of the budget gave it (`paired`). Pure: evaluation histories in, a choice and its reason out.
+more per sample overtakes. On the tweets a 3-layer MiniLM led a 6-layer one at 95 s of trials (validation 0.694 after
+3,424 samples against 0.677 after 1,264), was trained on for 196 s and ended 2.3 points under one epoch of the 6-layer
+model's defaults; at equal samples the 6-layer led (0.677 at 1,264 against 0.573 at 1,712). So models are compared at
+equal samples (`choose_model`); recipes of one model keep the search's comparison (equal seconds, the best
+evaluation). The winner's trial against the baseline's trial at equal training (`paired`) is the recipe effect: what
+the search found, apart from the longer training the rest of the budget gave the winner. Pure: evaluation histories
+in, a choice and its reason out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -21,11 +23,13 @@ from finesweep.search.selection.best import best_of, betters
 
 @dataclass(frozen=True)
 class History:
-    """One trial's evaluations: (training samples seen, metric value), in the order reported."""
+    """One trial's evaluations: (training samples seen, metric value), in the order reported, and each one's seconds
+    since the trial started (Tune's time_total_s; empty where unknown)."""
 
     trial_id: str
     model: str
     evaluations: tuple[tuple[int, float], ...]
+    seconds: tuple[float, ...] = ()
 
     @property
     def reach(self) -> int:
@@ -70,34 +74,80 @@ def choose_model(histories: list[History], searched_best: str, mode: str) -> Mod
     return ModelChoice(model, samples, ordered, model != searched_best)
 
 
+# Two recipes whose training speeds differ by more than this share are compared at equal seconds, not samples.
+SPEED_TOLERANCE = 0.10
+
+
 @dataclass(frozen=True)
 class Paired:
-    """Two trials' best evaluations within the first `samples` training samples of each (the fewer of their
-    furthest): the winning recipe against the baseline's, before the winner trained longer than the baseline could."""
+    """The winning recipe against the baseline's at equal training: each one's best evaluation within the first `at`
+    training samples (footing "samples") or seconds (footing "seconds") of each, the fewer of their furthest; with the
+    samples and seconds at which each was picked. The recipe effect: what the search found, before the winner
+    trained longer than the baseline could."""
 
-    samples: int
+    footing: str
+    at: float
     tuned: float
     baseline: float
     tuned_leads: bool  # strictly better for the search's mode: a tie says the recipe bought nothing there
+    tuned_samples: int
+    baseline_samples: int
+    tuned_seconds: float | None
+    baseline_seconds: float | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"samples": self.samples, "tuned": self.tuned, "baseline": self.baseline,
-                "tuned_leads": self.tuned_leads}
+        return dataclasses.asdict(self)
+
+
+def footing(tuned: History, baseline: History) -> str:
+    """"seconds" where both trials' training speeds are known and differ by more than SPEED_TOLERANCE (a faster
+    precision, frozen weights, a larger batch: the speed is part of the recipe, and what a user has is time);
+    "samples" otherwise (the same comparison, unmoved by what else ran on the machine)."""
+    speeds = [_speed(history) for history in (tuned, baseline)]
+    if None in speeds:
+        return "samples"
+    return "seconds" if abs(speeds[0] / speeds[1] - 1) > SPEED_TOLERANCE else "samples"
+
+
+def _speed(history: History) -> float | None:
+    """Samples per second at the trial's last evaluation (None: its seconds unknown)."""
+    if len(history.seconds) != len(history.evaluations) or not history.seconds or history.seconds[-1] <= 0:
+        return None
+    return history.evaluations[-1][0] / history.seconds[-1]
 
 
 def paired(histories: list[History], tuned_trial: str, baseline_trial: str, mode: str) -> Paired | None:
-    """The tuned trial against the baseline trial at equal training samples, or None where either has no finite
-    evaluation within the samples both reached (a first evaluation past them would lean the comparison its way)."""
-    finite = {h.trial_id: [(s, v) for s, v in h.evaluations if math.isfinite(v)] for h in histories}
-    tuned, baseline = finite.get(tuned_trial), finite.get(baseline_trial)
-    if not tuned or not baseline:
+    """The tuned trial against the baseline trial at equal training (footing), or None where either has no finite
+    evaluation within the samples (or seconds) both reached: a first evaluation past them would lean the comparison
+    its way."""
+    found = {h.trial_id: h for h in histories}
+    if tuned_trial not in found or baseline_trial not in found:
         return None
-    samples = min(max(s for s, _ in tuned), max(s for s, _ in baseline))
-    within = [[v for s, v in evaluations if s <= samples] for evaluations in (tuned, baseline)]
+    basis = footing(found[tuned_trial], found[baseline_trial])
+    points = [_points(found[trial], basis) for trial in (tuned_trial, baseline_trial)]
+    if not all(points):
+        return None
+    at = min(max(axis for axis, *_ in trial) for trial in points)
+    within = [[point for point in trial if point[0] <= at] for trial in points]
     if not all(within):
         return None
-    tuned_best, baseline_best = best_of(within[0], mode), best_of(within[1], mode)
-    return Paired(samples, tuned_best, baseline_best, betters(tuned_best, baseline_best, mode))
+    tuned, baseline = (_best_point(trial, mode) for trial in within)
+    return Paired(basis, at, tuned[3], baseline[3], betters(tuned[3], baseline[3], mode), tuned[1], baseline[1],
+                  tuned[2], baseline[2])
+
+
+def _points(history: History, basis: str) -> list[tuple[float, int, float | None, float]]:
+    """(axis, samples, seconds, value) of each finite evaluation, the axis being samples or seconds."""
+    known = len(history.seconds) == len(history.evaluations)
+    seconds = history.seconds if known else (None,) * len(history.evaluations)
+    return [(samples if basis == "samples" else second, samples, second, value)
+            for (samples, value), second in zip(history.evaluations, seconds) if math.isfinite(value)]
+
+
+def _best_point(points: list[tuple[float, int, float | None, float]], mode: str):
+    """The point with the best value (the earliest of equal ones)."""
+    value = best_of([point[3] for point in points], mode)
+    return next(point for point in points if point[3] == value)
 
 
 def _value_within(trials: list[History], samples: int, mode: str) -> float:

@@ -11,7 +11,8 @@ from finesweep.search.outputs.console import Console
 from finesweep.search.selection.deploy import CPU_PREFIX
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.registry import register_export
-from finesweep.search.tracking.tags import BASELINE_TRIAL_TAG, DEPLOY_CPU_TAG, DEPLOY_TAG, EXPORT_COMPLETE_TAG
+from finesweep.search.tracking.tags import (BASELINE_FOOTING_TAG, BASELINE_TRIAL_TAG, DEPLOY_CPU_TAG, DEPLOY_TAG,
+                                            EXPORT_COMPLETE_TAG)
 from finesweep.spaces import SweepConfig
 
 
@@ -61,22 +62,33 @@ def record_deploy(tracker: Tracker, parent: str, deploy: dict[str, Any], console
 
 
 def _record_baseline(tracker: Tracker, parent: str, baseline: dict[str, Any], console: Console) -> None:
-    """The baseline on the parent run (baseline_test_* and baseline_<validation metric> metrics, the gain and its
-    interval's ends (_low, _high), a causal LM's untuned_test_*, equal_samples_{tuned,baseline}_<validation metric>,
-    the trial's tag) and the comparison on the console."""
-    metrics = {f"baseline_test_{name}": value for name, value in baseline["test"].items()}
-    metrics.update({f"baseline_{name}": value for name, value in baseline["validation"].items()})
-    gain = f"gain_over_baseline_{baseline['metric']}"
-    metrics[gain] = baseline["gain"]
-    if interval := baseline.get("gain_interval"):  # the gain's 95% interval over the test rows (paired bootstrap)
-        metrics[f"{gain}_low"], metrics[f"{gain}_high"] = interval
-    metrics.update({f"untuned_test_{name}": value for name, value in (baseline.get("untuned_test") or {}).items()})
-    if paired := baseline.get("equal_samples"):  # both trials at equal training samples, on validation
-        validation = next(iter(baseline["validation"]))
-        metrics.update({f"equal_samples_{role}_{validation}": paired[role] for role in ("tuned", "baseline")})
+    """The comparison with the baseline on the parent run, each effect under its own name so that no figure reads as
+    a gain it is not: baseline_test_* and baseline_<validation metric>; test_difference_<metric> (and its interval's
+    _low, _high), named equal_time_gain_<metric> only where the baseline trained for the export's seconds; the samples
+    and seconds behind each arm; recipe_effect_<validation metric> (tuned, baseline, difference) and
+    training_effect_<validation metric>; a causal LM's untuned_test_*, a classifier's majority_class_test_*; the
+    footing and the baseline trial as tags. Each sentence on the console."""
+    name, validation = baseline["metric"], next(iter(baseline["validation"]))
+    metrics = {f"baseline_test_{key}": value for key, value in baseline["test"].items()}
+    metrics.update({f"baseline_{key}": value for key, value in baseline["validation"].items()})
+    difference = f"equal_time_gain_{name}" if baseline["gain"] is not None else f"test_difference_{name}"
+    metrics[difference] = baseline["difference"]
+    if interval := baseline.get("difference_interval"):  # 95% over the test rows (paired bootstrap)
+        metrics[f"{difference}_low"], metrics[f"{difference}_high"] = interval
+    for arm, trained in (baseline.get("arms") or {}).items():
+        metrics.update({f"{arm}_training_samples": trained["samples"], f"{arm}_training_seconds": trained["seconds"]})
+    if recipe := baseline.get("recipe_effect"):
+        metrics.update({f"recipe_effect_{validation}_tuned": recipe["tuned"],
+                        f"recipe_effect_{validation}_baseline": recipe["baseline"],
+                        f"recipe_effect_{validation}": recipe["difference"]})
+    if training := baseline.get("training_effect"):
+        metrics[f"training_effect_{validation}"] = training["difference"]
+    metrics.update({f"untuned_test_{key}": value for key, value in (baseline.get("untuned_test") or {}).items()})
+    metrics.update({f"majority_class_test_{key}": value for key, value in (baseline.get("floor") or {}).items()})
     tracker.log_metrics(parent, metrics, 0)
-    tracker.set_tags(parent, {BASELINE_TRIAL_TAG: baseline["trial_id"]})
-    console.step(baseline["sentence"][0].upper() + baseline["sentence"][1:])
+    tracker.set_tags(parent, {BASELINE_TRIAL_TAG: baseline["trial_id"], BASELINE_FOOTING_TAG: baseline["footing"]})
+    for sentence in baseline["sentences"]:
+        console.step(sentence)
 
 
 def _log_generations(tracker: Tracker, parent: str, path: Path) -> None:

@@ -11,6 +11,8 @@ GIT_DIRTY_TAG = "finesweep.git_dirty"
 OUTCOME_TAG = "finesweep.outcome"
 BEST_RUN_TAG = "finesweep.best_run_id"
 BASELINE_TRIAL_TAG = "finesweep.baseline_trial"  # the trial that trained search.baseline's recipe
+# How the export's and the baseline's test scores stand: equal_time, unequal or same_checkpoint (selection/baseline.py)
+BASELINE_FOOTING_TAG = "finesweep.baseline_footing"
 BEST_STEP_TAG = "finesweep.best_step"
 BEST_TRIAL_TAG = "finesweep.best_trial"
 RULE_TAG = "finesweep.pick_rule"

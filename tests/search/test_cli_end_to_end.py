@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from finesweep.search.probe import export_calibration
+from finesweep.search.selection.baseline import origin
 from finesweep.search.selection.equal_samples import History, paired
 from tests import tiny
 from tests.sweeps import EVALS_PER_TRIAL, NUM_TRIALS, SWEEP, finesweep, free_port, get_json, store, tune_results
@@ -168,38 +169,54 @@ def test_the_baseline_trains_first_unstopped_and_every_output_says_how_the_winne
     assert baseline["baseline_won"] == (summary["best"]["trial_id"] == baseline["trial_id"])
     assert 0 <= baseline["test"]["accuracy"] <= 1 and baseline["winner_test"] == {
         k: summary["test_metrics"]["full"][k] for k in ("accuracy", "f1_macro", "loss")}
-    expected_gain = round(100 * (baseline["winner_test"]["accuracy"] - baseline["test"]["accuracy"]), 2)
-    assert baseline["metric"] == "accuracy" and baseline["gain"] == expected_gain
+    expected = round(100 * (baseline["winner_test"]["accuracy"] - baseline["test"]["accuracy"]), 2)
+    # The baseline trial trained a trial's share: its test difference is reported as such, never as a gain.
+    assert baseline["metric"] == "accuracy" and baseline["difference"] == expected and baseline["gain"] is None
     parent = client.get_run(state["parent_run_id"]).data
     assert parent.metrics["baseline_test_accuracy"] == baseline["test"]["accuracy"]
-    assert parent.metrics["gain_over_baseline_accuracy"] == baseline["gain"]
-    # The gain's interval (a paired bootstrap over the test rows), where the export is another checkpoint than the
-    # baseline's; on the parent run too.
-    if (summary["best"]["trial_id"], summary["best"]["step"]) == (baseline["trial_id"], baseline["step"]):
-        assert baseline["gain_interval"] is None and "gain_over_baseline_accuracy_low" not in parent.metrics
+    assert not [name for name in parent.metrics if "gain" in name], "no gain where nothing trained at equal time"
+    assert not re.search(r"\b(better|worse|gains?)\b", baseline["sentence"], re.IGNORECASE), baseline["sentence"]
+    same = (summary["best"]["trial_id"], summary["best"]["step"]) == (baseline["trial_id"], baseline["step"])
+    assert baseline["footing"] == ("same_checkpoint" if same else "unequal")
+    if same:
+        assert baseline["difference_interval"] is None and "test_difference_accuracy_low" not in parent.metrics
     else:
-        low, high = baseline["gain_interval"]
-        assert low <= baseline["gain"] <= high and "95% interval" in baseline["sentence"]
+        low, high = baseline["difference_interval"]
+        assert low <= baseline["difference"] <= high and "95% interval" in baseline["sentence"]
         test_rows = re.search(r"splits: train \d+, validation \d+, test (\d+)", result.stdout)
         assert baseline["test_rows"] == int(test_rows.group(1)), "every row of the test split, once"
-        assert (parent.metrics["gain_over_baseline_accuracy_low"], parent.metrics["gain_over_baseline_accuracy_high"]) \
+        assert parent.metrics["test_difference_accuracy"] == baseline["difference"]
+        assert (parent.metrics["test_difference_accuracy_low"], parent.metrics["test_difference_accuracy_high"]) \
             == (low, high)
     assert parent.tags["finesweep.baseline_trial"] == baseline["trial_id"]
+    assert parent.tags["finesweep.baseline_footing"] == baseline["footing"]
+    # The samples and seconds behind each arm, in the summary and on the parent run, from Tune's own results.
+    results = tune_results(sweep_dir)
+    base_results = results[f"trial-{baseline['trial_id']}"]
+    arms = baseline["arms"]
+    assert arms["baseline"] == {"samples": baseline["step"] * 8,
+                                "seconds": round(max(r["time_total_s"] for r in base_results if "eval_loss" in r), 1)}
+    assert arms["export"]["samples"] == summary["best"]["step"] * summary["best"]["params"]["effective_batch_size"]
+    for arm in ("export", "baseline"):
+        assert parent.metrics[f"{arm}_training_samples"] == arms[arm]["samples"]
+        assert parent.metrics[f"{arm}_training_seconds"] == arms[arm]["seconds"]
     card = (sweep_dir / "export" / "README.md").read_text()
-    assert "## Against the baseline" in card and baseline["sentence"][1:] in card
     console = " ".join(result.stdout.split())
-    assert baseline["sentence"][1:] in console
-    # The winner's trial against the baseline's at equal training samples, from Tune's own results.
-    evaluations = {trial.removeprefix("trial-"): [(r["step"] * r["config"]["effective_batch_size"], r["eval_loss"])
-                                                  for r in results if "eval_loss" in r]
-                   for trial, results in tune_results(sweep_dir).items()}
+    assert "## Against the baseline" in card
+    for sentence in baseline["sentences"]:
+        assert sentence in card and " ".join(sentence.split()) in console
+    assert "The floor: always answering the test split's most frequent class scores accuracy" in baseline["sentence"]
+    # The winner's trial against the baseline's at equal training, from Tune's own results.
+    evaluations = {trial.removeprefix("trial-"): [r for r in found if "eval_loss" in r] for trial, found in results.items()}
     pair = None if baseline["baseline_won"] else paired(
-        [History(trial, "", tuple(found)) for trial, found in evaluations.items()], summary["best"]["trial_id"],
-        baseline["trial_id"], "min")
-    assert baseline["equal_samples"] == (pair.as_dict() if pair else None)
+        [History(trial, "", tuple((r["step"] * r["config"]["effective_batch_size"], r["eval_loss"]) for r in found),
+                 tuple(r["time_total_s"] for r in found)) for trial, found in evaluations.items()],
+        origin({**summary["best"], "exploitation": summary["exploitation"]}), baseline["trial_id"], "min")
+    recipe = baseline["recipe_effect"]
+    assert (recipe and {k: recipe[k] for k in pair.as_dict()}) == (pair.as_dict() if pair else None)
     if pair:
-        assert parent.metrics["equal_samples_tuned_eval_loss"] == pair.tuned
-        assert parent.metrics["equal_samples_baseline_eval_loss"] == pair.baseline
+        assert parent.metrics["recipe_effect_eval_loss_tuned"] == pair.tuned
+        assert parent.metrics["recipe_effect_eval_loss_baseline"] == pair.baseline
     assert f"trial-{baseline['trial_id']} *" in console and "* the baseline: the recipe a user would run" in console
 
 

@@ -225,8 +225,8 @@ def test_export_merges_a_lora_adapter_causal_lm(tiny_causal_lm, tmp_path):
 
 
 def test_a_causal_lms_baseline_and_untuned_base_answer_the_prompts_the_export_answers(tiny_causal_lm, tmp_path):
-    """Issue 29's "perplexity and generation scores before any training": the baseline's checkpoint and the untuned
-    base model answer the same test prompts as the exported model, scored by the same code, beside it in
+    """Perplexity and generation scores before any training: the baseline's checkpoint and the untuned base model
+    answer the same test prompts as the exported model, scored by the same code, beside it in
     summary.json's comparison, its sentence and the card. The baseline here is the base model's own weights, so
     the two reference rows must agree to the last digit."""
     import torch
@@ -253,15 +253,18 @@ def test_a_causal_lms_baseline_and_untuned_base_answer_the_prompts_the_export_an
     assert against["untuned_test"] == against["test"], "the same weights, the same code"
     assert against["winner_test"]["gen_rouge_l"] == result.metrics["full"]["gen_rouge_l"]
     assert against["winner_test"]["perplexity"] != against["test"]["perplexity"]
-    # The gain's interval from the two checkpoints' rows of the same test split (a paired bootstrap), in the sentence
-    # and so in the card.
-    low, high = against["gain_interval"]
-    assert against["test_rows"] == 12 and low < high and low <= against["gain"] <= high
-    assert f"{against['gain']:+.2f} %; 95% interval {low:+.2f} to {high:+.2f} over 12 test rows" in against["sentence"]
+    # The difference's interval from the two checkpoints' rows of the same test split (a paired bootstrap), in the
+    # sentence and so in the card; no arm says it trained at equal time, so it is not called a gain.
+    low, high = against["difference_interval"]
+    assert against["test_rows"] == 12 and low < high and low <= against["difference"] <= high
+    assert against["footing"] == "unequal" and against["gain"] is None
+    assert (f"{against['difference']:+.2f} %; 95% interval {low:+.2f} to {high:+.2f} over 12 test rows"
+            in against["sentence"])
     assert (f"the ROUGE-L of its greedy answers {against['untuned_test']['gen_rouge_l']:.3f} against the export's "
             f"{against['winner_test']['gen_rouge_l']:.3f}") in against["sentence"]
     card = (tmp_path / "out" / "README.md").read_text()
-    assert "|  | perplexity | loss | ROUGE-L | token F1 | exact match |" in card
+    assert "|  | perplexity | loss | ROUGE-L | token F1 | exact match | training samples | seconds |" in card
+    assert all(sentence in card for sentence in against["sentences"])
     # Its answers beside the export's, in generations.json (and the MLflow table made from it) and the card.
     saved = json.loads(result.generations.read_text())
     assert saved["scores"]["untuned base model"]["rouge_l"] == against["untuned_test"]["gen_rouge_l"]

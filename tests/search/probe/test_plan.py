@@ -635,6 +635,30 @@ def test_a_time_limit_gives_the_search_what_the_data_probe_and_export_leave():
     assert f"export {export:.0f} s (predicted)" in division
 
 
+def test_an_equal_time_baseline_is_planned_as_the_searchs_time_again_and_a_time_limit_pays_for_it():
+    """search.baseline.budget equal: the plan shows the doubled cost before anything starts, and under a time limit
+    the search gets half of what the data, the probe and the export leave, the other half the equal-time run."""
+    from finesweep.search import measure
+
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
+    trial = _plan(_config(time_budget_minutes=6), probes)
+    equal = _plan(_config(time_budget_minutes=6, baseline={"budget": "equal"}), probes)
+    assert trial.equal_time_seconds == 0 and trial.to_dict()["equal_time_seconds"] == 0
+    assert equal.search_seconds == pytest.approx(trial.search_seconds)
+    assert equal.equal_time_seconds == pytest.approx(equal.search_seconds - planning.RAY_START_SECONDS + START)
+    assert equal.predicted_seconds == pytest.approx(trial.predicted_seconds + equal.equal_time_seconds)
+    assert any("search.baseline.budget: equal" in note for note in equal.notes)
+    config = _config(time_limit="10m", num_trials=50, max_steps=2000, baseline={"budget": "equal"})
+    budgeted, division = measure.within_limit(config, lambda c: _plan(c, probes), 600, elapsed=40)
+    export = _plan(budgeted, probes).export_seconds
+    spare = measure.EXPORT_ESTIMATE_MARGIN * export + measure.LIMIT_OVERHEAD_SECONDS
+    search = budgeted.search.time_budget_minutes * 60
+    assert search == pytest.approx((600 - 40 - export - spare - START) / 2)
+    planned = _plan(budgeted, probes)
+    assert 40 + planned.predicted_seconds <= 600 - spare + planning.RAY_START_SECONDS + 1, "within the limit"
+    assert f"search {search:.0f} s, and up to as long again for the baseline at equal time, export" in division
+
+
 def test_a_time_limit_that_cannot_pay_for_one_trial_is_refused_before_training_with_what_would_fit():
     from finesweep.search import measure
     from finesweep.spaces import SweepFileError

@@ -4,6 +4,7 @@ never stopped early by ASHA, at most one epoch, then compared with the winner on
 from __future__ import annotations
 
 import math
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -101,89 +102,131 @@ def test_the_baseline_trains_one_epoch_at_most(planned, rows, expected):
     assert baseline_length(*planned, rows, 8) == expected
 
 
-def test_the_comparison_says_points_for_accuracy_percent_for_perplexity_and_who_won():
-    best = {"trial_id": "b", "step": 40, "metric": "eval_loss", "value": 0.5}
-    base = {"trial_id": "a", "step": 60, "metric": "eval_loss", "value": 0.6, "params": {"learning_rate": 5e-5}}
-    result = compare(Task.classification, {"accuracy": 0.781, "loss": 0.5}, {"accuracy": 0.766, "loss": 0.6}, best, base)
-    assert result["gain"] == 1.5 and result["gain_unit"] == "points" and not result["baseline_won"]
-    assert result["validation_gain"] == pytest.approx(-0.1)
-    assert "0.781 against 0.766 (+1.50 points): the tuned model is better than the baseline" in result["sentence"]
-    lm = compare(Task.causal_lm, {"perplexity": 9.0}, {"perplexity": 10.0}, best, base)
-    assert lm["gain"] == -10.0 and "better than" in lm["sentence"]
-    won = compare(Task.classification, {"accuracy": 0.7}, {"accuracy": 0.7}, {**best, "trial_id": "a"}, base)
-    assert won["baseline_won"] and "the search found nothing better" in won["sentence"]
-    # The baseline's own trial trained further with the rest of the budget (search.exploit) is still the baseline
-    # recipe: the budget bought the gain, not the search.
+BEST = {"trial_id": "c", "step": 1476, "metric": "eval_accuracy", "value": 0.79,
+        "params": {"effective_batch_size": 8}, "exploitation": {"source_trial": "b", "continued": True}}
+# The quickstart's shape: the baseline trial trained 1,624 samples in 150 s, the export 11,808 in 390 s; at equal
+# seconds on validation the tuned recipe had 0.702 after 2,400 samples, the baseline 0.698 after 1,624.
+PAIRED = {"footing": "seconds", "at": 150.0, "tuned": 0.702, "baseline": 0.698, "tuned_leads": True,
+          "tuned_samples": 2400, "baseline_samples": 1624, "tuned_seconds": 148.0, "baseline_seconds": 150.0}
+ARMS = {"export": {"samples": 11808, "seconds": 390.0}, "baseline": {"samples": 1624, "seconds": 150.0}}
+BASE = {"trial_id": "a", "step": 203, "metric": "eval_accuracy", "value": 0.698, "mode": "max",
+        "params": {"effective_batch_size": 8, "learning_rate": 5e-5}, "recipe_effect": PAIRED, "arms": ARMS,
+        "validation_rows": 1000}
+VERDICT_WORDS = re.compile(r"\b(better|worse|gains?)\b", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("task, winner, baseline", [
+    (Task.classification, {"accuracy": 0.794}, {"accuracy": 0.6865}),  # the export far above its trial
+    (Task.classification, {"accuracy": 0.70}, {"accuracy": 0.72}),  # below it
+    (Task.causal_lm, {"perplexity": 14.17}, {"perplexity": 42.21}),  # the LLM sweep's one-step baseline
+])
+@pytest.mark.parametrize("rows", [None, "rows"])
+def test_a_comparison_of_arms_trained_unequally_never_says_better_worse_or_gain(task, winner, baseline, rows):
+    scores = _right_rows(1500, 200, 20, 280) if rows else None
+    found = compare(task, winner, baseline, BEST, BASE, rows=scores, seed=1)
+    assert found["footing"] == "unequal" and found["gain"] is None and found["gain_interval"] is None
+    name = next(iter(winner))
+    expected = 100 * (winner[name] - baseline[name]) * (1 if name == "accuracy" else 1 / baseline[name])
+    assert found["difference"] == pytest.approx(expected, abs=0.01)
+    assert not VERDICT_WORDS.search(found["sentence"]), found["sentence"]
+    test_line = next(line for line in found["sentences"] if line.startswith("On the test split"))
+    assert test_line.startswith("On the test split, not at equal footing")
+    assert "(11,808 samples, 390 s)" in test_line and "(1,624 samples, 150 s)" in test_line
+    assert "search.baseline.budget: equal measures that" in test_line
+
+
+def test_the_recipe_effect_and_the_training_effect_are_told_apart_with_what_trained_each():
+    found = compare(Task.classification, {"accuracy": 0.794}, {"accuracy": 0.6865}, BEST, BASE)
+    recipe, training = found["recipe_effect"], found["training_effect"]
+    assert recipe["difference"] == 0.4 and recipe["unit"] == "points"
+    # Two accuracies over 1,000 validation rows: about 4 points either way, so +0.4 is within what they tell.
+    spread = 1.959964 * math.sqrt((0.702 * 0.298 + 0.698 * 0.302) / 1000)
+    assert recipe["interval"] == [round(100 * (0.004 - spread), 2), round(100 * (0.004 + spread), 2)]
+    assert found["sentences"][0] == (
+        "What the search found (the recipe effect, on validation at equal seconds): eval_accuracy 0.702 for the tuned "
+        "recipe (2,400 samples, 148 s) against 0.698 for the baseline recipe (1,624 samples, 150 s), +0.40 points; 95% "
+        f"interval {recipe['interval'][0]:+.2f} to {recipe['interval'][1]:+.2f} over 1,000 validation rows: within "
+        "what the rows can tell apart (the interval holds 0).")
+    assert training == {"from": 0.702, "to": 0.79, "from_samples": 2400, "from_seconds": 148.0, "to_samples": 11808,
+                        "to_seconds": 390.0, "difference": 8.8, "unit": "points"}
+    assert found["sentences"][1] == (
+        "What the rest of the budget bought (the training effect: the tuned recipe trained longer, on validation): "
+        "eval_accuracy 0.702 after 2,400 samples, 148 s to 0.79 after 11,808 samples, 390 s, +8.80 points.")
+    clear = compare(Task.classification, {"accuracy": 0.794}, {"accuracy": 0.6865}, BEST,
+                    {**BASE, "validation_rows": 1_000_000})
+    assert clear["sentences"][0].endswith(": the tuned recipe leads.")
+    losses = {**PAIRED, "tuned": 0.9, "baseline": 1.0, "footing": "samples"}
+    by_loss = compare(Task.causal_lm, {"perplexity": 9.0}, {"perplexity": 10.0}, {**BEST, "metric": "eval_loss",
+                      "value": 0.8}, {**BASE, "metric": "eval_loss", "mode": "min", "recipe_effect": losses})
+    assert by_loss["recipe_effect"]["difference"] == -10.0 and by_loss["recipe_effect"]["interval"] is None
+    assert "eval_loss 0.9 for the tuned recipe" in by_loss["sentences"][0]
+    assert by_loss["sentences"][0].endswith("-10.00 %: the tuned recipe leads.")
+    tied = compare(Task.classification, {"accuracy": 0.7755}, {"accuracy": 0.699}, BEST,
+                   {**BASE, "recipe_effect": {**PAIRED, "tuned": 0.712, "baseline": 0.712, "tuned_leads": False}})
+    assert tied["sentences"][0].endswith("+0.00 points; 95% interval " + tied["sentences"][0].split("interval ")[1]
+                                         .split(": ")[0] + ": they tie.")
+    unpaired = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.74}, BEST, {**BASE, "recipe_effect": None})
+    assert unpaired["recipe_effect"] is None and unpaired["training_effect"] is None
+    assert unpaired["sentences"][0].startswith("What the search found is not measured")
+
+
+def test_an_equal_time_baseline_makes_the_test_difference_a_gain_with_its_interval():
+    equal = {"seconds": 390.0, "trained_seconds": 392.5,
+             "checkpoint": {"trial_id": "e", "step": 5600, "params": {"effective_batch_size": 8}}}
+    arms = {**ARMS, "baseline": {"samples": 44800, "seconds": 392.5}}
+    found = compare(Task.classification, {"accuracy": 0.794}, {"accuracy": 0.79}, BEST,
+                    {**BASE, "equal_time": equal, "arms": arms}, rows=_right_rows(1500, 100, 92, 308), seed=1)
+    low, high = found["gain_interval"]
+    assert found["footing"] == "equal_time" and found["gain"] == found["difference"] == 0.4
+    assert found["gain_interval"] == found["difference_interval"] and low < 0 < high
+    assert found["sentences"][2] == (
+        "The gain at equal time: the baseline recipe trained again from step 0 for 390 s (44,800 samples), as long as "
+        f"the export's runs trained (11,808 samples, 390 s): test accuracy 0.794 against 0.79, +0.40 points; 95% "
+        f"interval {low:+.2f} to {high:+.2f} over 2,000 test rows: within what the rows can tell apart (the interval "
+        "holds 0).")
+    ahead = compare(Task.classification, {"accuracy": 0.85}, {"accuracy": 0.76}, BEST,
+                    {**BASE, "equal_time": equal, "arms": arms}, rows=_right_rows(1500, 200, 20, 280), seed=1)
+    assert ahead["sentences"][2].endswith(": the export leads.")
+    behind = compare(Task.classification, {"accuracy": 0.76}, {"accuracy": 0.85}, BEST,
+                     {**BASE, "equal_time": equal, "arms": arms}, rows=_right_rows(1500, 20, 200, 280), seed=1)
+    assert behind["sentences"][2].endswith(": the baseline recipe leads.") and behind["gain"] == -9.0
+    failed = compare(Task.classification, {"accuracy": 0.794}, {"accuracy": 0.6865}, BEST,
+                     {**BASE, "equal_time": {"seconds": 390.0, "checkpoint": None, "why": "it reported no evaluation"}})
+    assert failed["footing"] == "unequal" and failed["gain"] is None
+    assert "(the equal-time baseline was not scored: it reported no evaluation)." in failed["sentence"]
+
+
+def test_the_baseline_winning_or_no_search_says_what_the_search_found_and_the_floor_stays():
+    won = compare(Task.classification, {"accuracy": 0.7}, {"accuracy": 0.7},
+                  {**BEST, "trial_id": "a", "step": 203, "exploitation": None}, BASE, floor={"accuracy": 0.429})
+    assert won["baseline_won"] and won["footing"] == "same_checkpoint" and won["recipe_effect"] is None
+    assert won["sentences"] == [
+        "What the search found: no recipe that beat the baseline's on validation, so the export is the baseline "
+        "recipe.",
+        "On the test split: accuracy 0.7; the export is the baseline trial's own checkpoint.",
+        "The floor: always answering the test split's most frequent class scores accuracy 0.429."]
     continued = compare(Task.classification, {"accuracy": 0.766}, {"accuracy": 0.7405},
-                        {**best, "trial_id": "c", "exploitation": {"source_trial": "a", "continued": True}}, base)
-    assert continued["baseline_won"] and continued["gain"] == 2.55
-    assert ("the export is the baseline recipe trained further with the rest of the budget (test accuracy 0.766 "
-            "against 0.7405 at its checkpoint from the search, +2.55 points)") in continued["sentence"]
-    assert "dropout" not in continued["sentence"], "neither trained with a dropout of the sweep's"
-    # No trial of the space reached an evaluation (the budget paid for the baseline alone): nothing was compared,
-    # and the sentence says so rather than "found nothing better"; the count is kept for a re-export.
+                        {**BEST, "exploitation": {"source_trial": "a", "continued": True}}, {**BASE, "recipe_effect": None})
+    assert continued["baseline_won"] and continued["footing"] == "unequal"
+    assert continued["sentences"][0].endswith("so the export is the baseline recipe trained further with the rest of "
+                                              "the budget.")
     alone = compare(Task.classification, {"accuracy": 0.766}, {"accuracy": 0.7405},
-                    {**best, "trial_id": "c", "exploitation": {"source_trial": "a", "continued": True}},
-                    {**base, "searched_trials": 0})
-    assert alone["sentence"].startswith("the budget paid for the baseline trial alone (no trial of the space reached "
-                                        "an evaluation: nothing was compared), so the export is the baseline recipe "
-                                        "trained further") and alone["searched_trials"] == 0
-    searched = compare(Task.classification, {"accuracy": 0.7}, {"accuracy": 0.7}, {**best, "trial_id": "a"},
-                       {**base, "searched_trials": 3})
-    assert "the search found nothing better" in searched["sentence"] and searched["searched_trials"] == 3
-    undropped = compare(Task.classification, {"accuracy": 0.77}, {"accuracy": 0.7405}, {
-        **best, "trial_id": "c", "exploitation": {"source_trial": "a", "continued": True}, "params": {"dropout": 0.0}},
-        base)
-    assert undropped["sentence"].endswith("; trained further with the space's dropout 0 (the baseline trial kept the "
-                                          "checkpoint's, as a user's run does)")
-    other = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.7405},
-                    {**best, "trial_id": "c", "exploitation": {"source_trial": "b", "continued": True}}, base)
-    assert not other["baseline_won"] and "better than the baseline" in other["sentence"]
-    assert "samples" not in other["sentence"], "no batch known: no claim about the training"
-    # The baseline trained further (its model led at equal samples) improved on nothing: the export is the search's
-    # winner, another trial, and the baseline did not win (the plain file on tweets said it had, 2026-11-27).
-    kept = compare(Task.classification, {"accuracy": 0.695}, {"accuracy": 0.674},
-                   {**best, "exploitation": {"source_trial": "a", "continued": False}}, base)
-    assert not kept["baseline_won"] and "better than the baseline recipe" in kept["sentence"]
-    # The baseline's continuation ended at max_epochs, and the runner-up model's, trained with the time left, is the
-    # export: it descends from that model's trial, not the baseline's.
+                    {**BEST, "exploitation": {"source_trial": "a", "continued": True}},
+                    {**BASE, "recipe_effect": None, "searched_trials": 0})
+    assert alone["sentences"][0].startswith("What the search found: nothing; no trial of the space reached an "
+                                            "evaluation") and alone["searched_trials"] == 0
+    lm = compare(Task.causal_lm, {"perplexity": 14.17, "gen_rouge_l": 0.121}, {"perplexity": 17.8}, BEST, BASE,
+                 untuned={"perplexity": 48.18, "gen_rouge_l": 0.05})
+    assert lm["sentences"][-1] == ("The untuned base model: test perplexity 48.18, the ROUGE-L of its greedy answers "
+                                   "0.050 against the export's 0.121.")
+    # The export named as the leaderboard names it; a runner-up's continuation descends from its own trial.
     runner_up = {"source_trial": "a", "continued": True, "final_trial": "c",
                  "second_leg": {"source_trial": "b", "continued": True, "final_trial": "d"}}
-    assert origin({**best, "trial_id": "d", "exploitation": runner_up}) == "b"
-    assert origin({**best, "trial_id": "c", "exploitation": {**runner_up, "second_leg": {
+    assert origin({**BEST, "trial_id": "d", "exploitation": runner_up}) == "b"
+    assert origin({**BEST, "trial_id": "c", "exploitation": {**runner_up, "second_leg": {
         "source_trial": "b", "continued": False, "final_trial": "c"}}}) == "a", "the runner-up lost: the first's"
-    # The export named as the leaderboard names it: the continuation by its source, a search trial by its id.
-    assert export_name({**best, "trial_id": "d", "exploitation": runner_up}) == "exploit-b"
-    assert export_name({**best, "trial_id": "c", "exploitation": {"source_trial": "c", "continued": False}}) == "trial-c"
-    longer = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.686},
-                     {**best, "trial_id": "c", "step": 1476, "params": {"effective_batch_size": 8}},
-                     {**base, "step": 172, "params": {"effective_batch_size": 8}})
-    assert longer["sentence"].endswith("; the baseline trained on 1,376 samples inside the sweep's budget, the tuned "
-                                       "model on 11,808: part of the gain is the longer training")
-    # With the two trials paired at equal samples (the sweep's equal_samples.paired), the recipe's own lead is said.
-    even = {"samples": 1376, "tuned": 0.728, "baseline": 0.694}
-    split = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.686},
-                    {**best, "trial_id": "c", "step": 1476, "params": {"effective_batch_size": 8}},
-                    {**base, "step": 172, "params": {"effective_batch_size": 8}, "equal_samples": even})
-    assert split["equal_samples"] == even and split["sentence"].endswith(
-        "part of the gain is the longer training (the best validation eval_loss within the first 1,376 samples of "
-        "each: 0.728 for the tuned recipe, 0.694 for the baseline)")
-    assert compare(Task.classification, {"accuracy": 0.7}, {"accuracy": 0.7}, {**best, "trial_id": "a"},
-                   {**base, "equal_samples": even})["equal_samples"] is None, "the baseline won: nothing to pair"
-    # Where the tuned recipe did not lead at equal samples (the quickstart, 2026-11-29: 0.712 each), the whole gain
-    # is the longer training, and the sentence says so.
-    tied = {"samples": 1640, "tuned": 0.712, "baseline": 0.712, "tuned_leads": False}
-    longer_only = compare(Task.classification, {"accuracy": 0.7755}, {"accuracy": 0.699},
-                          {**best, "trial_id": "c", "step": 1605, "params": {"effective_batch_size": 8}},
-                          {**base, "step": 205, "params": {"effective_batch_size": 8}, "equal_samples": tied})
-    assert longer_only["sentence"].endswith(
-        "the tuned model on 12,840: the gain is the longer training (the best validation eval_loss "
-        "within the first 1,640 samples of each: 0.712 for the tuned recipe, 0.712 for the baseline)")
-    led = compare(Task.classification, {"accuracy": 0.78}, {"accuracy": 0.686},
-                  {**best, "trial_id": "c", "step": 1476, "params": {"effective_batch_size": 8}},
-                  {**base, "step": 172, "params": {"effective_batch_size": 8},
-                   "equal_samples": {**even, "tuned_leads": True}})
-    assert led["sentence"] == split["sentence"], "a summary written before tuned_leads reads as one where it led"
+    assert export_name({**BEST, "trial_id": "d", "exploitation": runner_up}) == "exploit-b"
+    assert export_name({**BEST, "trial_id": "c", "exploitation": {"source_trial": "c", "continued": False}}) == "trial-c"
 
 
 def _right_rows(both: int, tuned_only: int, baseline_only: int, neither: int) -> tuple[RowScores, RowScores]:
@@ -219,32 +262,6 @@ def test_the_gains_interval_is_a_paired_bootstrap_over_the_test_rows():
     assert lm[0] < point < lm[1] < 0
     one_row = RowScores(np.ones(1), np.ones(1))
     assert gain_interval(Task.classification, one_row, one_row) is None, "nothing to resample"
-
-
-def test_the_comparison_says_the_gains_interval_and_calls_a_gain_within_it_neither_better_nor_worse():
-    best = {"trial_id": "b", "step": 40, "metric": "eval_accuracy", "value": 0.8}
-    base = {"trial_id": "a", "step": 60, "metric": "eval_accuracy", "value": 0.79, "params": {"learning_rate": 5e-5}}
-    noisy = compare(Task.classification, {"accuracy": 0.8}, {"accuracy": 0.79}, best, base,
-                    rows=_right_rows(1500, 100, 80, 320), seed=1)
-    low, high = noisy["gain_interval"]
-    assert noisy["test_rows"] == 2000 and low < 0 < high
-    assert noisy["sentence"] == (
-        f"tuned vs baseline: test accuracy 0.8 against 0.79 (+1.00 points; 95% interval {low:+.2f} to {high:+.2f} over "
-        "2,000 test rows): the tuned model scored above the baseline recipe by less than the test split can tell apart "
-        "(the interval holds 0: more test rows would tell)")
-    clear = compare(Task.classification, {"accuracy": 0.85}, {"accuracy": 0.76}, best, base,
-                    rows=_right_rows(1500, 200, 20, 280), seed=1)
-    assert clear["gain_interval"][0] > 0 and clear["sentence"].endswith("the tuned model is better than the baseline "
-                                                                        "recipe")
-    # The baseline's own recipe trained further: its checkpoint from the search against the export, with the interval.
-    continued = compare(Task.classification, {"accuracy": 0.85}, {"accuracy": 0.76},
-                        {**best, "trial_id": "c", "exploitation": {"source_trial": "a", "continued": True}}, base,
-                        rows=_right_rows(1500, 200, 20, 280), seed=1)
-    assert continued["baseline_won"] and "+9.00 points; 95% interval +" in continued["sentence"]
-    # No rows (the same checkpoint, or a summary written before the interval): no interval, the sentence as before.
-    plain = compare(Task.classification, {"accuracy": 0.8}, {"accuracy": 0.79}, best, base)
-    assert plain["gain_interval"] is None and plain["sentence"].endswith("(+1.00 points): the tuned model is better "
-                                                                         "than the baseline recipe")
 
 
 def test_a_winner_on_the_edge_of_the_space_is_named_with_the_field_to_widen():
