@@ -194,8 +194,9 @@ def _test_sentence(footing: str, test: dict[str, Any], baseline_trial: dict[str,
         verdict = _verdict(test["difference"], test["higher_is_better"], test["interval"], "the export",
                            "the baseline recipe")
         return (f"The gain at equal time: the baseline recipe trained again from step 0 for "
-                f"{baseline_trial['equal_time']['seconds']:.0f} s ({_samples(base)}), as long as the export's runs "
-                f"trained ({_trained(export.get('samples'), export.get('seconds'))}): test {name} "
+                f"{baseline_trial['equal_time']['seconds']:.0f} s (its best evaluation, the checkpoint scored, after "
+                f"{_samples(base)}), as long as the export's runs trained "
+                f"({_trained(export.get('samples'), export.get('seconds'))}): test {name} "
                 f"{test['winner']:.4g} against {test['baseline']:.4g}, {test['difference']:+.2f} {unit}{spread}: "
                 f"{verdict}.")
     failed = (baseline_trial.get("equal_time") or {}).get("why")

@@ -180,8 +180,8 @@ def test_an_equal_time_baseline_makes_the_test_difference_a_gain_with_its_interv
     assert found["footing"] == "equal_time" and found["gain"] == found["difference"] == 0.4
     assert found["gain_interval"] == found["difference_interval"] and low < 0 < high
     assert found["sentences"][2] == (
-        "The gain at equal time: the baseline recipe trained again from step 0 for 390 s (44,800 samples), as long as "
-        f"the export's runs trained (11,808 samples, 390 s): test accuracy 0.794 against 0.79, +0.40 points; 95% "
+        "The gain at equal time: the baseline recipe trained again from step 0 for 390 s (its best evaluation, the "
+        "checkpoint scored, after 44,800 samples), as long as the export's runs trained (11,808 samples, 390 s): test accuracy 0.794 against 0.79, +0.40 points; 95% "
         f"interval {low:+.2f} to {high:+.2f} over 2,000 test rows: within what the rows can tell apart (the interval "
         "holds 0).")
     ahead = compare(Task.classification, {"accuracy": 0.85}, {"accuracy": 0.76}, BEST,
