@@ -330,6 +330,15 @@ class SweepConfig(Section):
         """The candidates the space chooses from."""
         return self.space.model or [m.name for m in self.models]
 
+    @property
+    def baseline_model(self) -> str:
+        """The candidate the baseline trains: search.baseline.model, else the first of the space's models with
+        transformers' own head (pooling cls: what a plain Trainer run builds), else the first."""
+        recipe = self.search.baseline
+        if isinstance(recipe, BaselineRecipe) and recipe.model:
+            return recipe.model
+        return next((name for name in self.model_names if self.candidate(name).pooling == "cls"), self.model_names[0])
+
     def candidate(self, name: str) -> ModelCandidate:
         """The model entry called `name`."""
         return next(m for m in self.models if m.name == name)

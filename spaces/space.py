@@ -71,10 +71,11 @@ def suggest(trial: SuggestingTrial, space: SpaceConfig, models: list[str], preci
     return fixed_floats(space, point["method"])
 
 
-def baseline_point(baseline: BaselineRecipe | str, space: SpaceConfig, models: list[str],
+def baseline_point(baseline: BaselineRecipe | str, space: SpaceConfig, model: str,
                    precisions: list[str]) -> dict[str, Any] | None:
-    """The baseline trial's hyperparameters (every dimension `suggest` yields), or None for `off`. `precisions` are
-    those the probe kept: the baseline trains fp32 where it is among them, as the Trainer does by default."""
+    """The baseline trial's hyperparameters (every dimension `suggest` yields) on `model` (SweepConfig.baseline_model),
+    or None for `off`. `precisions` are those the probe kept: the baseline trains fp32 where it is among them, as the
+    Trainer does by default."""
     if baseline == "off":
         return None
     recipe = baseline if isinstance(baseline, BaselineRecipe) else BaselineRecipe()
@@ -82,7 +83,7 @@ def baseline_point(baseline: BaselineRecipe | str, space: SpaceConfig, models: l
     # A precision the probe dropped (bf16 on a CPU without bf16 instructions) has no micro-batch to train with.
     wanted = recipe.precision.value if recipe.precision else Precision.fp32.value
     precision = wanted if wanted in precisions else precisions[0]
-    point = {"model": recipe.model or models[0], "precision": precision, "method": method.value,
+    point = {"model": model, "precision": precision, "method": method.value,
              "effective_batch_size": recipe.effective_batch_size,
              "learning_rate": recipe.learning_rate or BASELINE_LEARNING_RATES[method],
              "warmup_ratio": recipe.warmup_ratio, "weight_decay": recipe.weight_decay}

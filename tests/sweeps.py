@@ -49,7 +49,7 @@ export: {{quantization: [int8, onnx-int8]}}
 def one_model_sweep(name: str, seed: int, trials: int, every: int, steps: int, quantization: str = "int8",
                     resources: str = "") -> str:
     """A random search over the learning rate of one tiny model, no early stopping (no ASHA, no plateau: a tiny
-    model's accuracy stalls at random), no baseline trial (it trains one epoch, not max_steps): trials whose steps a
+    model's accuracy stalls at random), no baseline trial (it trains 3 epochs, not max_steps): trials whose steps a
     test can count and interrupt (the controller, a worker or a rank killed mid-trial)."""
     return f"""
 name: {name}

@@ -10,6 +10,7 @@ from rich.console import Console as RichConsole
 from rich.table import Table
 from rich.text import Text
 
+from finesweep.search.selection.best import EQUAL_TIME_TRIAL
 from finesweep.search.tracking.tags import END_STATE_TAG
 
 
@@ -208,8 +209,9 @@ def leaderboard_table(tracker, experiment_id: str, parent_run_id: str, metric: s
 
 
 def _is_baseline(run) -> bool:
-    """The trial logged the param `baseline` True (TrialPlan.baseline, search.baseline)."""
-    return run.data.params.get("baseline") == "True"
+    """The trial logged the param `baseline` True (TrialPlan.baseline, search.baseline), or is the baseline recipe
+    trained again for the export's seconds (search.baseline.budget: equal)."""
+    return run.data.params.get("baseline") == "True" or run.info.run_name == EQUAL_TIME_TRIAL
 
 
 def _split(plan) -> str:

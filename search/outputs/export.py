@@ -84,8 +84,9 @@ def export_best(
     """Write out_dir/{model, model-<method>..., [adapter], metrics.json, sweep.json, README.md}; return metrics
     and warnings. A LoRA winner is exported merged (`model`) and also as the adapter alone (`adapter`).
 
-    `baseline` (the baseline trial's best evaluation, as `best`, with the sweep's `equal_samples` pairing): measured
-    on the test split as the full model is, and compared with it; `search_warnings` (a winner on the edge of the
+    `baseline` (the baseline trial's best evaluation, as `best`, with the sweep's comparison inputs:
+    sweep.comparison_inputs, and the equal-time run's record where it ran): its checkpoint measured on the test split
+    as the full model is, and compared with it (selection/baseline.compare); `search_warnings` (a winner on the edge of the
     space) join the export's warnings, on the console and in the card; `chat_format` (causal_lm, from the data
     report) names the columns the card says the data came from. A variant that cannot be made is left out
     (`ExportResult.not_made`), its traceback logged for `log_file`.

@@ -29,9 +29,10 @@ SINCE_BEST = "finesweep_evaluations_since_best"
 TRAIN_CHECKPOINT_PATH = "checkpoint_path"
 
 # Names of trials (Tune's trial and folder names, and so the MLflow runs' and the leaderboard's): a search trial by its
-# id, the winner's continuation (search.exploit) by the trial it continues.
+# id, the winner's continuation (search.exploit) by the trial it continues, the equal-time baseline by its role.
 SEARCH_TRIAL_PREFIX = "trial-"
 CONTINUATION_PREFIX = "exploit-"
+EQUAL_TIME_TRIAL = "baseline-equal-time"  # the baseline recipe trained again for the export's seconds
 
 
 def search_trial_name(trial_id: str) -> str:

@@ -19,6 +19,8 @@ from finesweep.trainer.trial import TrialPlan, plan_batches
 
 # In a continuation's config (search/tuning/exploit.py): its source is the baseline trial, whose word embeddings train.
 CONTINUES_BASELINE_KEY = "continues_baseline"
+# In the equal-time run's config (search/tuning/equal_time.py): the baseline recipe trained again, as the trial trained it.
+EQUAL_TIME_KEY = "equal_time_baseline"
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class TrialContext:
     # combination_key -> samples between evaluations, when the plan allots the trials time rather than steps
     # (search/probe/plan.py); None (also in a context pickled before it existed): the file's steps.
     samples_per_evaluation: dict[str, int] | None = None
-    train_rows: int = 0  # rows of the training split: the baseline trains one epoch at most (0: unknown, no cap)
+    train_rows: int = 0  # rows of the training split: the baseline's passes are capped (0: unknown, no cap)
     # When the plan allots the trials time: an evaluation period's seconds, and per combination_key an evaluation's
     # (the plan's estimates), by which the baseline keeps to its periods (baseline_clock). None: steps, as told.
     period_seconds: float | None = None
@@ -134,7 +136,7 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
         deepspeed_stage=config.resources.deepspeed_stage,
         gradient_checkpointing=context.checkpointing.get(key, False),
         use_gpu=config.resources.gpus_per_trial != 0,  # None (unset) on a CPU machine: no CUDA to use anyway
-        group_by_length=config.data.group_by_length,
+        group_by_length=config.data.group_by_length and not trains_like_trainer(params),
         text_pairs=config.data.text_pair_column is not None,
         baseline=bool(params.get(BASELINE_KEY)),
     )
@@ -156,18 +158,28 @@ def baseline_clock(plan: TrialPlan, context: TrialContext, key: str) -> TrialPla
                                evaluations=evaluations, last_step=plan.max_steps)
 
 
+def trains_like_trainer(params: dict[str, Any]) -> bool:
+    """The baseline trial and its equal-time run: the recipe a plain Trainer run trains, with its random batches
+    (TrainingArguments' default sampler, not data.group_by_length) and every weight."""
+    return bool(params.get(BASELINE_KEY) or params.get(EQUAL_TIME_KEY))
+
+
 def freezes_embeddings(config: SweepConfig, params: dict[str, Any]) -> bool:
     """space.freeze_embeddings where it applies, never in the baseline's recipe nor in a continuation of it: a
     continuation resumes its source's optimizer state, whose groups hold the weights its source trained (a
     continuation that froze the baseline's word embeddings failed to load that state at every retry)."""
-    baseline = params.get(BASELINE_KEY) or params.get(CONTINUES_BASELINE_KEY)
+    baseline = trains_like_trainer(params) or params.get(CONTINUES_BASELINE_KEY)
     return config.space.freezes_embeddings(config.data.task, params["method"]) and not baseline
 
 
+# TrainingArguments' num_train_epochs default: what a plain Trainer run trains.
+TRAINER_EPOCHS = 3
+
+
 def baseline_length(max_steps: int, eval_every: int, train_rows: int, effective_batch: int) -> tuple[int, int]:
-    """The baseline trains what a plain Trainer run would, one epoch, unless a trial's length is shorter; a
-    one-epoch run shorter than an evaluation period still ends with an evaluation."""
+    """The baseline trains what a plain Trainer run would, TRAINER_EPOCHS passes, unless a trial's length is shorter
+    (the usual case under a time budget); a run shorter than an evaluation period still ends with an evaluation."""
     if train_rows < 1:
         return max_steps, eval_every
-    steps = min(max_steps, math.ceil(train_rows / effective_batch))
+    steps = min(max_steps, math.ceil(TRAINER_EPOCHS * train_rows / effective_batch))
     return steps, min(eval_every, steps)

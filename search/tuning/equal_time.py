@@ -18,14 +18,14 @@ import dataclasses
 import time
 from typing import Any, Callable
 
-from finesweep.search.selection.best import Best, pick_best
+from finesweep.search.selection.best import EQUAL_TIME_TRIAL, Best, pick_best
 from finesweep.search.tuning import exploit
-from finesweep.search.tuning.context import CONTINUES_BASELINE_KEY
+from finesweep.search.tuning.context import EQUAL_TIME_KEY
 from finesweep.search.tuning.exploit_outcome import failure
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.space import BASELINE_KEY
 
-TRIAL_NAME = "baseline-equal-time"  # its Tune trial, folder and MLflow run
+TRIAL_NAME = EQUAL_TIME_TRIAL  # its Tune trial, folder and MLflow run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,9 +38,9 @@ class EqualTimeTrialName:
 
 def recipe(baseline: Best) -> dict[str, Any]:
     """The baseline trial's configuration as it trained, not marked as the search's baseline trial (whose length is
-    a trial's), its every weight trained as the baseline's were (context.freezes_embeddings)."""
+    a trial's): every weight and random batches, as a Trainer run (context.trains_like_trainer)."""
     params = {key: value for key, value in baseline.params.items() if key != BASELINE_KEY}
-    return {**params, CONTINUES_BASELINE_KEY: True}
+    return {**params, EQUAL_TIME_KEY: True}
 
 
 def experiment_name(search_experiment: str) -> str:

@@ -84,7 +84,7 @@ def sweep_baseline(config: SweepConfig, precisions: list[str]) -> dict[str, Any]
     exhaustive baseline, and each of its trials is a point of the grid."""
     if config.search.algorithm == "grid":
         return None
-    return baseline_point(config.search.baseline, config.space, config.model_names, precisions)
+    return baseline_point(config.search.baseline, config.space, config.baseline_model, precisions)
 
 
 def tpe_startup_trials(num_trials: int) -> int:

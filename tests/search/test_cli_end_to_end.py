@@ -491,7 +491,7 @@ def test_a_time_limit_bounds_the_command_its_budget_stops_running_trials_and_the
     """`run --time-limit 85s`: the search gets what data, probe and the export's estimate leave (about 25 s on a busy
     2-core machine, past a trial worker's start and first evaluation); its end cuts the running trials."""
     tiny.classification_folder(tmp_path)
-    # No baseline: it trains one epoch, not max_steps, and may end before the budget does; no plateau stop either. No
+    # No baseline: it trains the Trainer's 3 epochs, not max_steps, and may end before the budget does; no plateau stop either. No
     # further training of the winner: the whole budget is the trials' (tests/search/tuning/test_exploit.py covers it).
     sweep = (SWEEP.replace(f"num_trials: {NUM_TRIALS}", "num_trials: 2\n  fit_to_budget: false\n  baseline: \"off\""
                                                         "\n  plateau_patience: null\n  exploit: {share: 0}")

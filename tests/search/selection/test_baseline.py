@@ -1,5 +1,5 @@
 """The baseline (search.baseline): the recipe a user would run without finesweep, trained as the sweep's first trial,
-never stopped early by ASHA, at most one epoch, then compared with the winner on the test split."""
+never stopped early by ASHA, at most the Trainer's 3 epochs, then compared with the winner on the test split."""
 
 from __future__ import annotations
 
@@ -32,24 +32,36 @@ def _config(space: dict | None = None, search: dict | None = None) -> SweepConfi
 
 def test_auto_is_the_trainers_defaults_for_the_first_candidate():
     config = _config({"learning_rate": RANGE, "effective_batch_size": [16, 32], "precision": ["bf16", "fp32"]})
-    assert baseline_point(config.search.baseline, config.space, config.model_names, ["bf16", "fp32"]) == {
+    assert baseline_point(config.search.baseline, config.space, config.baseline_model, ["bf16", "fp32"]) == {
         "model": "m", "precision": "fp32", "method": "full", "effective_batch_size": 8, "learning_rate": 5e-5,
         "warmup_ratio": 0.0, "weight_decay": 0.0}
 
 
+def test_auto_trains_the_first_candidate_with_transformers_own_head():
+    """A plain Trainer run builds transformers' own head: a candidate listed first with finesweep's mean pooling is
+    not what a user would run without finesweep; the user's choice (search.baseline.model) stands."""
+    models = [{"name": "mean", "path": "model", "pooling": "mean"}, {"name": "cls", "path": "model"}]
+    config = SweepConfig.model_validate({**MINIMAL, "models": models})
+    assert config.baseline_model == "cls"
+    only_mean = SweepConfig.model_validate({**MINIMAL, "models": models[:1]})
+    assert only_mean.baseline_model == "mean", "no candidate with transformers' head: the first"
+    chosen = SweepConfig.model_validate({**MINIMAL, "models": models, "search": {"baseline": {"model": "mean"}}})
+    assert chosen.baseline_model == "mean"
+
+
 def test_a_lora_space_gets_the_usual_lora_recipe_and_a_dropped_fp32_the_first_precision_kept():
     config = _config({"method": ["lora", "qlora"]})
-    point = baseline_point(config.search.baseline, config.space, config.model_names, ["bf16"])
+    point = baseline_point(config.search.baseline, config.space, config.baseline_model, ["bf16"])
     assert point["method"] == "lora" and point["learning_rate"] == 2e-4 and point["precision"] == "bf16"
     assert (point["lora_r"], point["lora_alpha"]) == (8, 16)
 
 
 def test_a_recipe_of_the_users_own_and_off():
     config = _config(search={"baseline": {"model": "n", "learning_rate": 3e-5, "effective_batch_size": 32}})
-    point = baseline_point(config.search.baseline, config.space, config.model_names, ["fp32"])
+    point = baseline_point(config.search.baseline, config.space, config.baseline_model, ["fp32"])
     assert (point["model"], point["learning_rate"], point["effective_batch_size"]) == ("n", 3e-5, 32)
     off = _config(search={"baseline": "off"})
-    assert baseline_point(off.search.baseline, off.space, off.model_names, ["fp32"]) is None
+    assert baseline_point(off.search.baseline, off.space, off.baseline_model, ["fp32"]) is None
 
 
 def test_a_baseline_the_probe_cannot_measure_is_a_sweep_file_error(tmp_path):
@@ -93,12 +105,12 @@ def test_asha_stops_a_poor_trial_but_never_the_baseline():
 
 
 @pytest.mark.parametrize("planned, rows, expected", [
-    ((300, 50), 800, (100, 50)),  # one epoch of 800 rows at batch 8 is shorter than the trial: 100 steps
-    ((60, 20), 8000, (60, 20)),  # the trial is shorter than an epoch: the trial's length
-    ((300, 50), 200, (25, 25)),  # an epoch shorter than an evaluation period still ends with an evaluation
+    ((400, 50), 800, (300, 50)),  # 3 epochs of 800 rows at batch 8 are shorter than the trial: 300 steps
+    ((60, 20), 8000, (60, 20)),  # the trial is shorter than 3 epochs: the trial's length
+    ((300, 50), 80, (30, 30)),  # 3 epochs shorter than an evaluation period still end with an evaluation
     ((300, 50), 0, (300, 50)),  # rows unknown: no cap
 ])
-def test_the_baseline_trains_one_epoch_at_most(planned, rows, expected):
+def test_the_baseline_trains_the_trainers_three_epochs_at_most(planned, rows, expected):
     assert baseline_length(*planned, rows, 8) == expected
 
 

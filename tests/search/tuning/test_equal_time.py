@@ -14,7 +14,7 @@ import pytest
 
 from finesweep.search.selection.best import Best
 from finesweep.search.tuning import equal_time, exploit
-from finesweep.search.tuning.context import CONTINUES_BASELINE_KEY, build_plan
+from finesweep.search.tuning.context import EQUAL_TIME_KEY, build_plan
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.space import BASELINE_KEY
 from tests import tiny
@@ -23,7 +23,7 @@ from tests.sweeps import (crash_when, finesweep, one_model_sweep, run_tags, save
 
 EVERY = 5
 BUDGET_MINUTES = 1.2
-# Two trials (the baseline, one epoch, and one of the space's, cut by the trials' share: the tiny model's steps are too
+# Two trials (the baseline, 3 epochs, and one of the space's, cut by the trials' share: the tiny model's steps are too
 # short for a plan in seconds), then the winner and the equal-time run each evaluating every EVERY steps: the crash
 # comes after the equal-time run's third evaluation, with time left to resume.
 SWEEP = one_model_sweep("equal", 5, 2, EVERY, 2000, quantization="none").replace(
@@ -39,10 +39,10 @@ def _baseline(params: dict | None = None) -> Best:
 
 
 def test_the_equal_time_run_is_the_baseline_recipe_from_step_0_with_every_weight_and_the_checkpoints_dropout():
-    """What a user's Trainer run is: not capped at the baseline trial's length, nothing frozen, no dropout of the
-    space's, no checkpoint to start from; told to end by its deadline, its steps estimated from the baseline's speed."""
+    """What a user's Trainer run is: not capped at the baseline trial's length, nothing frozen, random batches, no
+    dropout of the space's, no checkpoint to start from; told to end by its deadline, its steps estimated from the baseline's speed."""
     params = equal_time.recipe(_baseline())
-    assert BASELINE_KEY not in params and params[CONTINUES_BASELINE_KEY] is True and "dropout" not in params
+    assert BASELINE_KEY not in params and params[EQUAL_TIME_KEY] is True and "dropout" not in params
     config = SweepConfig.model_validate({
         "name": "x", "data": {"path": "data.csv"}, "models": [{"name": "tiny", "path": "m"}],
         "space": {"dropout": 0.0, "freeze_embeddings": True}, "search": {"time_budget_minutes": 5,
@@ -61,6 +61,9 @@ def test_the_equal_time_run_is_the_baseline_recipe_from_step_0_with_every_weight
     plan = exploit.trial_plan(build_plan(params, context, "out"), told, None, lambda source: source)
     assert (plan.max_steps, plan.resume_from, plan.freeze_embeddings, plan.dropout, plan.baseline) == (
         200, None, False, None, False)
+    assert not plan.group_by_length, "random batches, as TrainingArguments samples by default"
+    sampled = build_plan({key: value for key, value in params.items() if key != EQUAL_TIME_KEY}, context, "out")
+    assert sampled.group_by_length and sampled.freeze_embeddings, "a sampled trial: finesweep's own recipe"
     assert plan.finish_by == 1100.0 and not plan.restart_schedule
 
 
@@ -126,6 +129,8 @@ def test_the_baseline_trains_again_for_the_exports_seconds_is_scored_like_it_and
     parent = store(sweep_dir)[0].get_run(json.loads((sweep_dir / "sweep-state.json").read_text())["parent_run_id"])
     assert parent.data.metrics["equal_time_gain_accuracy"] == baseline["gain"]
     assert parent.data.tags["finesweep.baseline_footing"] == "equal_time"
+    leaderboard = finesweep("status", "sweep.yaml", cwd=tmp_path).stdout
+    assert f"{equal_time.TRIAL_NAME} *" in leaderboard, "marked as the baseline recipe in the leaderboard"
 
 
 def _test_accuracy(sweep_dir: Path, checkpoint: dict) -> float:
