@@ -232,6 +232,8 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     session.compared = compared_params(results)
     if best is not None and baseline is not None:
         session.comparison = comparison_inputs(session, results, best, baseline)
+        # The search's whole wall time beside the arms' (a resumed search's clock here is not its own).
+        session.comparison["search_seconds"] = None if resume else session.clock.phases.get("search")
         if config.search.baseline_budget == "equal":
             _train_baseline_again(session, setup, results, baseline, resume)
     return best, baseline
@@ -272,7 +274,8 @@ def _exploit(session: Session, setup, winner: Best | None, results, explored: fl
              continuing: dict[str, Any] | None) -> Best | None:
     """The rest of the time budget to the search's winner (search/tuning/exploit.py): the better of its best
     checkpoint and its continuation's. The continuation is recorded in sweep-state.json before it starts, so a
-    resume after a crash goes on with it."""
+    resume after a crash goes on with it, and its outcome once it has ended, so a resume after a later crash (in the
+    equal-time baseline's run, say) reads it rather than training it again."""
     if winner is None or not exploit.applies(session.config):
         return winner
     resumed = explored is None

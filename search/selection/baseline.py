@@ -193,10 +193,12 @@ def _test_sentence(footing: str, test: dict[str, Any], baseline_trial: dict[str,
     if footing == EQUAL_TIME:
         verdict = _verdict(test["difference"], test["higher_is_better"], test["interval"], "the export",
                            "the baseline recipe")
+        searched = baseline_trial.get("search_seconds")
+        whole = f"; the search took {searched:.0f} s in all, trials and further training" if searched else ""
         return (f"The gain at equal time: the baseline recipe trained again from step 0 for "
                 f"{baseline_trial['equal_time']['seconds']:.0f} s (its best evaluation, the checkpoint scored, after "
                 f"{_samples(base)}), as long as the export's runs trained "
-                f"({_trained(export.get('samples'), export.get('seconds'))}): test {name} "
+                f"({_trained(export.get('samples'), export.get('seconds'))}{whole}): test {name} "
                 f"{test['winner']:.4g} against {test['baseline']:.4g}, {test['difference']:+.2f} {unit}{spread}: "
                 f"{verdict}.")
     failed = (baseline_trial.get("equal_time") or {}).get("why")

@@ -117,14 +117,22 @@ def _speed(history: History) -> float | None:
 
 
 def paired(histories: list[History], tuned_trial: str, baseline_trial: str, mode: str) -> Paired | None:
-    """The tuned trial against the baseline trial at equal training (footing), or None where either has no finite
-    evaluation within the samples (or seconds) both reached: a first evaluation past them would lean the comparison
-    its way."""
+    """The tuned trial against the baseline trial at equal training (footing; the other axis where that one has no
+    pair: a baseline that evaluated once, after the tuned trial's last evaluation in seconds, still has one in
+    samples), or None where either has no finite evaluation within the samples or seconds both reached: a first
+    evaluation past them would lean the comparison its way."""
     found = {h.trial_id: h for h in histories}
     if tuned_trial not in found or baseline_trial not in found:
         return None
-    basis = footing(found[tuned_trial], found[baseline_trial])
-    points = [_points(found[trial], basis) for trial in (tuned_trial, baseline_trial)]
+    preferred = footing(found[tuned_trial], found[baseline_trial])
+    for basis in (preferred, "samples" if preferred == "seconds" else None):
+        if basis and (pair := _paired_on(found[tuned_trial], found[baseline_trial], basis, mode)):
+            return pair
+    return None
+
+
+def _paired_on(tuned_history: History, baseline_history: History, basis: str, mode: str) -> Paired | None:
+    points = [_points(history, basis) for history in (tuned_history, baseline_history)]
     if not all(points):
         return None
     at = min(max(axis for axis, *_ in trial) for trial in points)

@@ -187,13 +187,15 @@ def test_an_equal_time_baseline_makes_the_test_difference_a_gain_with_its_interv
              "checkpoint": {"trial_id": "e", "step": 5600, "params": {"effective_batch_size": 8}}}
     arms = {**ARMS, "baseline": {"samples": 44800, "seconds": 392.5}}
     found = compare(Task.classification, {"accuracy": 0.794}, {"accuracy": 0.79}, BEST,
-                    {**BASE, "equal_time": equal, "arms": arms}, rows=_right_rows(1500, 100, 92, 308), seed=1)
+                    {**BASE, "equal_time": equal, "arms": arms, "search_seconds": 396.0},
+                    rows=_right_rows(1500, 100, 92, 308), seed=1)
     low, high = found["gain_interval"]
     assert found["footing"] == "equal_time" and found["gain"] == found["difference"] == 0.4
     assert found["gain_interval"] == found["difference_interval"] and low < 0 < high
     assert found["sentences"][2] == (
         "The gain at equal time: the baseline recipe trained again from step 0 for 390 s (its best evaluation, the "
-        "checkpoint scored, after 44,800 samples), as long as the export's runs trained (11,808 samples, 390 s): test accuracy 0.794 against 0.79, +0.40 points; 95% "
+        "checkpoint scored, after 44,800 samples), as long as the export's runs trained (11,808 samples, 390 s; the search "
+        "took 396 s in all, trials and further training): test accuracy 0.794 against 0.79, +0.40 points; 95% "
         f"interval {low:+.2f} to {high:+.2f} over 2,000 test rows: within what the rows can tell apart (the interval "
         "holds 0).")
     ahead = compare(Task.classification, {"accuracy": 0.85}, {"accuracy": 0.76}, BEST,

@@ -83,6 +83,12 @@ def test_recipes_of_different_speeds_are_paired_at_equal_seconds_and_of_one_spee
                                                                          1600, 100.0, 95.0)
     unknown = History("tuned", "m", ((1360, 0.71), (2720, 0.74)))
     assert footing(unknown, baseline) == "samples", "no seconds: no speed to compare"
+    # A baseline that evaluated once, after the faster trial's last evaluation (118 s against 88 s): no pair in
+    # seconds, so in samples, where the baseline's 2,200 lean the comparison its way, not the tuned recipe's.
+    once = History("base", "m", ((2200, 0.747),), (118.1,))
+    quick = History("tuned", "m", ((1304, 0.742), (2608, 0.757)), (50.6, 88.2))
+    assert paired([once, quick], "tuned", "base", "max") == Paired("samples", 2200, 0.742, 0.747, False, 1304, 2200,
+                                                                     50.6, 118.1)
 
 
 class _Checkpoint:
