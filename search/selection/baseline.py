@@ -60,7 +60,7 @@ def compare(task: Task, winner: dict[str, float], baseline: dict[str, float], be
     test = {"name": name, "winner": winner[name], "baseline": baseline[name], "difference": difference,
             "higher_is_better": higher_is_better, "interval": interval, "test_rows": test_rows}
     said = [_recipe_sentence(baseline_trial, best, recipe), _training_sentence(training, baseline_trial["metric"]),
-            _test_sentence(footing, test, baseline_trial), _floor_sentence(name, untuned, floor, winner)]
+            _test_sentence(footing, test, baseline_trial, won), _floor_sentence(name, untuned, floor, winner)]
     equal = footing == EQUAL_TIME
     return {
         "trial_id": baseline_trial["trial_id"], "step": baseline_trial["step"], "params": baseline_trial["params"],
@@ -181,8 +181,9 @@ def _training_sentence(training: dict[str, Any] | None, metric: str) -> str:
             f"{training['difference']:+.2f} {unit}.")
 
 
-def _test_sentence(footing: str, test: dict[str, Any], baseline_trial: dict[str, Any]) -> str:
-    """The test split's two scores: a gain only at equal time; otherwise labelled as not one."""
+def _test_sentence(footing: str, test: dict[str, Any], baseline_trial: dict[str, Any], won: bool) -> str:
+    """The test split's two scores: a gain only at equal time; otherwise labelled as not one (`won`: the export is
+    the baseline recipe itself, trained longer)."""
     name, unit = test["name"], "points" if test["higher_is_better"] else "%"
     arms = baseline_trial.get("arms") or {}
     export, base = arms.get("export") or {}, arms.get("baseline") or {}
@@ -205,9 +206,10 @@ def _test_sentence(footing: str, test: dict[str, Any], baseline_trial: dict[str,
     return (f"On the test split, not at equal footing: the export {name} {test['winner']:.4g} "
             f"({_trained(export.get('samples'), export.get('seconds'))}), the baseline recipe's trial "
             f"{test['baseline']:.4g} ({_trained(base.get('samples'), base.get('seconds'))}); the difference, "
-            f"{test['difference']:+.2f} {unit}{spread}, mixes the recipe with unequal training and is not what the "
-            f"search bought"
-            + (f" (the equal-time baseline was not scored: {failed})." if failed else
+            f"{test['difference']:+.2f} {unit}{spread}, "
+            + ("is the same recipe's longer training, not a recipe the search found" if won else
+               "mixes the recipe with unequal training and is not what the search bought")
+            + (f" (the equal-time baseline was not scored: {failed})." if failed else "." if won else
                " (search.baseline.budget: equal measures that at equal time)."))
 
 

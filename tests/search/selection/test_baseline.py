@@ -222,6 +222,7 @@ def test_the_baseline_winning_or_no_search_says_what_the_search_found_and_the_fl
     continued = compare(Task.classification, {"accuracy": 0.766}, {"accuracy": 0.7405},
                         {**BEST, "exploitation": {"source_trial": "a", "continued": True}}, {**BASE, "recipe_effect": None})
     assert continued["baseline_won"] and continued["footing"] == "unequal"
+    assert continued["sentences"][1].endswith("is the same recipe's longer training, not a recipe the search found.")
     assert continued["sentences"][0].endswith("so the export is the baseline recipe trained further with the rest of "
                                               "the budget.")
     alone = compare(Task.classification, {"accuracy": 0.766}, {"accuracy": 0.7405},
