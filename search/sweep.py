@@ -31,7 +31,7 @@ from finesweep.search.tracking.export_record import record_export
 from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEVICE_TAG, GIT_COMMIT_TAG,
                                             GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
-from finesweep.search.tuning import exploit, exploit_outcome
+from finesweep.search.tuning import equal_time, exploit, exploit_outcome
 from finesweep.search.tuning.context import TrialContext, allotted_time
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic
@@ -256,8 +256,6 @@ def _train_baseline_again(session: Session, setup, results, baseline: Best, resu
     """search.baseline.budget equal: the baseline recipe trained for the export's seconds (tuning/equal_time.py),
     recorded in sweep-state.json before it starts so that a resume goes on with it; its checkpoint becomes the
     baseline arm the test split scores."""
-    from finesweep.search.tuning import equal_time
-
     comparison = session.comparison
     recorded = read_state(session.folder.root).get("equal_time") if resume else None
     seconds = recorded["seconds"] if recorded else comparison["arms"]["export"]["seconds"]

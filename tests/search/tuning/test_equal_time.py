@@ -22,7 +22,7 @@ from tests.sweeps import (crash_when, finesweep, one_model_sweep, run_tags, save
                           store, trial_runs)
 
 EVERY = 5
-BUDGET_MINUTES = 1.2
+BUDGET_MINUTES = 0.8
 # Two trials (the baseline, 3 epochs, and one of the space's, cut by the trials' share: the tiny model's steps are too
 # short for a plan in seconds), then the winner and the equal-time run each evaluating every EVERY steps: the crash
 # comes after the equal-time run's third evaluation, with time left to resume.
