@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# One lease's GPU check, on a machine assembled by ../shared/tools/gpu-payload (site packages in /tmp/site), in two
+# A GPU check of 15 minutes, on a machine assembled from pack.sh's pieces (site packages in /tmp/site), in two
 # steps that each fit one command (10 minutes at most):
 #   STEPS=llm    the LLM example with QLoRA and gradient checkpointing in bf16, alone, to the end of its export
 #                (LLM_SECONDS, 480: the plan predicts data and probe about 60 s, the 2-minute search 121 s and the
-#                export 256 s; the fourth lease's 290 s cut the export after its int8 was saved)
+#                export 256 s; a limit of 290 s cuts the export after its int8 is saved)
 #   STEPS=tests  the gpu-marked tests, and beside them CHECK_TESTS (node ids that failed on a GPU before; empty:
 #                none) and, where SUITE_WORKERS > 0 (0 by default), the default suite
 #   STEPS="llm tests" (the default) both in one command, where CHECK_SECONDS allows.
 # Writes OUT/<step>.tgz (machine.txt, gpu.txt, llm.log, gpu-use.*, the export's metrics.json and deploy.json,
-# summary.json, finesweep.log; gpu-tests.log, check-tests.log, suite.log): one file a step (a lease brings back at
-# most 8). Usage on the GPU machine:  OUT=... STEPS=llm bash benchmarks/gpu/check.sh   (ends within CHECK_SECONDS,
+# summary.json, finesweep.log; gpu-tests.log, check-tests.log, suite.log): one file a step (a machine that returns
+# at most 8 files). Usage on the GPU machine:  OUT=... STEPS=llm bash benchmarks/gpu/check.sh   (ends within CHECK_SECONDS,
 # 540 by default; the LLM example has BUDGET_MINUTES 2 of search and QUANTIZATION int8)
-# A lease of 15 minutes (the fourth: start and 5 pieces 55 s; the LLM step 480 s; the tests step 250 s, the
+# In 15 minutes of a machine (start and 5 pieces 55 s; the LLM step 480 s; the tests step 250 s, the
 # exploit crash test alone 238 s): after the pieces, `source /tmp/parts/assemble.sh && STEPS=llm bash ...`, then at
 # once `source /tmp/parts/assemble.sh && STEPS=tests bash ...` (the machine goes back 30 s after a call).
 # Packing: `bash benchmarks/gpu/pack.sh` (the gpu-payload tool's pack.sh, plus .venv/extras' torchao as _extras/ and
@@ -34,8 +34,8 @@ torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__vers
 accelerate.__version__, 'bitsandbytes', b.__version__, 'ray', ray.__version__, 'mlflow', mlflow.__version__, \
 'optuna', optuna.__version__)" 2>&1 | tail -1 | tee -a "$out/machine.txt"
 lscpu | grep -o 'avx512[a-z_0-9]*' | sort -u | tr '\n' ' ' >> "$out/machine.txt"; nproc >> "$out/machine.txt"
-# The third lease ran all three at once and learned too little: the QLoRA trial, sharing 16 cores with 6 suite workers
-# and the gpu tests, never evaluated, and the torchao test ran out of time. So: the LLM example alone (its export's
+# All three at once learn too little: the QLoRA trial, sharing 16 cores with 6 suite workers and the gpu tests,
+# never evaluates, and the torchao test runs out of time. So: the LLM example alone (its export's
 # bitsandbytes int8 only: the ONNX graph of a causal LM takes minutes), then the gpu tests and, beside them,
 # CHECK_TESTS (tests that failed on a GPU before) and the default suite (only with SUITE_WORKERS > 0).
 llm_step() {
@@ -45,7 +45,7 @@ llm_step() {
   grep -v "^\s*File\|^\s*\^" "$out/llm.log" | tail -40
   cp runs/smollm2-chat/finesweep.log "$out/" 2>/dev/null
 }
-# SIGINT, not TERM: pytest interrupted that way still prints the failures it has seen (a lease's limit cuts it).
+# SIGINT, not TERM: pytest interrupted that way still prints the failures it has seen (the machine's time limit cuts it).
 tests_step() {
   local suite="" checks="" tests crash_test
   if [ "${SUITE_WORKERS:-0}" -gt 0 ]; then

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The GPU payload as check.sh needs it: ../shared/tools/gpu-payload/pack.sh (every package of .venv the image lacks,
+# The GPU payload as check.sh needs it: the gpu-payload tool's pack.sh (every package of .venv the image lacks,
 # in pieces of CHUNK_MB) plus what that script leaves out: torchao from .venv/extras (as _extras/, which check.sh puts
 # back beside the venv: the torchao gpu test reads it there) and the lock's transformers (an image's own may be older
-# than pyproject's floor: 5.17 in the first lease). Run from the project root after scripts/setup.sh:
-#   bash benchmarks/gpu/pack.sh [CHUNK_MB]      # -> .gpu/c1 .. .gpu/cN (5 pieces of 35-58 MB in the fourth lease)
+# than pyproject's floor: 5.17 on the H200 image). Run from the project root after scripts/setup.sh:
+#   GPU_PAYLOAD=DIR bash benchmarks/gpu/pack.sh [CHUNK_MB]   # -> .gpu/c1 .. .gpu/cN (about 5 pieces of 35-58 MB)
 set -euo pipefail
-payload=${GPU_PAYLOAD:-../shared/tools/gpu-payload}
+payload=${GPU_PAYLOAD:?set GPU_PAYLOAD to the folder of the gpu-payload tool}
 [ -f "$payload/pack.sh" ] || { echo "no $payload/pack.sh: set GPU_PAYLOAD to the gpu-payload tool's folder"; exit 2; }
 transformers=$(grep -i '^transformers==' requirements-lock.txt | head -1)
 [ -n "$transformers" ] || { echo "requirements-lock.txt pins no transformers"; exit 2; }

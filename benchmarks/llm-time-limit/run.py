@@ -4,8 +4,9 @@ the command end within its limit, how much of it goes to the memory probe, and w
 Runs `finesweep run minimal.yaml --time-limit <limit>` once, as a user's first sweep on this machine (a machine
 cache of its own: the GGUF is dequantized and every combination probed inside the limit). Records the plan's
 division of the limit, the real phases, the trials, the test loss, perplexity and generation scores of every
-exported variant, and the decode speed. Writes benchmarks/llm-time-limit/results-<cpu kind>.json (avx512-bf16,
-avx512 or avx2; a limit other than 10m adds itself to the name) and prints a Markdown table. Run from the
+exported variant, and the decode speed. Writes
+benchmarks/llm-time-limit/llm-time-limit-chat-<cpu kind>-<date>-<commit>.json (cpu kind: avx512-bf16, avx512 or
+avx2; a limit other than 10m adds itself after `chat`) and prints a Markdown table. Run from the
 repository root, with nothing else loading the machine:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/llm-time-limit/run.py [--limit 10m]
@@ -14,6 +15,7 @@ repository root, with nothing else loading the machine:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -26,6 +28,11 @@ from typing import Any
 import yaml
 
 from finesweep.search.probe.device import cpu_identity
+
+# The result file's name and the machine facts every benchmark records (benchmarks/naming.py).
+_spec = importlib.util.spec_from_file_location("naming", Path(__file__).resolve().parents[1] / "naming.py")
+naming = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(naming)
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -122,8 +129,8 @@ def main() -> None:
     result = {"cpu": cpu_identity(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                                        text=True).stdout.strip(), **run(args.limit, work)}
-    kind = "avx512-bf16" if "avx512_bf16" in result["cpu"] else "avx512" if "avx512" in result["cpu"] else "avx2"
-    out = HERE / f"results-{kind}{'' if args.limit == '10m' else '-' + args.limit}.json"
+    data = "chat" + ("" if args.limit == "10m" else f"-{args.limit}")
+    out = naming.result_path(HERE, "llm-time-limit", data, {**result, "finesweep_commit": result["commit"]})
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{result['cpu']}; {result['cores']} cores; wrote {out.relative_to(REPO)}\n\n{table(result)}")
 

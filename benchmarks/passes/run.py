@@ -10,14 +10,16 @@ error of about 0.8 points), validation on 250 (what a user's small file holds fo
 
     .venv/bin/python benchmarks/passes/run.py --rows 1000 3000 --seeds 1 2 --time-limit 6m
     .venv/bin/python benchmarks/passes/run.py --rows 6000 --seeds 1 --caps 2 3 --time-limit 10m   # other caps
-    .venv/bin/python benchmarks/passes/run.py --report     # the table of results.json
+    .venv/bin/python benchmarks/passes/run.py --report     # the table of every passes-*.json here
 
-Writes benchmarks/passes/runs/<sweep name>/ (each sweep's output) and appends to benchmarks/passes/results.json.
+Writes benchmarks/passes/runs/<sweep name>/ (each sweep's output) and appends to
+benchmarks/passes/passes-tweets-<cpu kind>-<date>-<commit>.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -27,8 +29,15 @@ from pathlib import Path
 
 import yaml
 
+# The result file's name and the machine facts every benchmark records (benchmarks/naming.py).
+_spec = importlib.util.spec_from_file_location("naming", Path(__file__).resolve().parents[1] / "naming.py")
+naming = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(naming)
+
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results.json"
+# One file per CPU kind and commit: the arms of a run append to it, and --report pools the files of a commit.
+RECORDED = naming.facts()
+RESULTS = naming.result_path(HERE, "passes", "tweets", RECORDED)
 VALIDATION_ROWS, TEST_ROWS = 250, 3_000
 REFERENCE = "2"  # the cap before auto: every other arm is compared with it
 
@@ -86,7 +95,7 @@ def cpu_flags() -> str:
 
 
 def report() -> None:
-    results = json.loads(RESULTS.read_text())
+    results = [row for path in sorted(HERE.glob("passes-*.json")) for row in json.loads(path.read_text())]
     print("| rows | seed | two passes: test (best at pass) | other cap: test (best at pass, of) | other - two |")
     print("|---|---|---|---|---|")
     for rows, seed in sorted({(r["rows"], r["seed"]) for r in results}):

@@ -10,6 +10,7 @@ peak x (1 + SAFETY_MARGIN) <= budget? Ground truth is an exhaustive scan of ever
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import tempfile
 import time
@@ -21,6 +22,11 @@ from finesweep.search.probe.device import resolve_device
 from finesweep.search.probe.batch_search import SAFETY_MARGIN
 from finesweep.search.probe.worker import ProbeWorker
 from finesweep.trainer.probe_step import ProbeRequest
+
+# The result file's name and the machine facts every benchmark records (benchmarks/naming.py).
+_spec = importlib.util.spec_from_file_location("naming", Path(__file__).resolve().parents[1] / "naming.py")
+naming = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(naming)
 
 CAP = 256  # the largest effective batch of the imagined sweep: finesweep never tries above it
 
@@ -223,7 +229,7 @@ def main() -> None:
     parser.add_argument("--target", type=int, default=45, help="the batch the budget makes the largest that fits")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--scan-timed-steps", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results.json"))
+    parser.add_argument("--out", type=Path, help="default: probe-bert-<hidden>x<layers>-<cpu kind>-<date>-<commit>.json here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         base = ProbeRequest(candidate={"name": "bert-small", "path": str(build_model(Path(folder), args.hidden, args.layers))},
@@ -240,7 +246,10 @@ def main() -> None:
     report = table(outcomes, scan)
     print(f"budget {budget / 2**20:.1f} MiB, margin {SAFETY_MARGIN:.0%}, true limit "
           f"{max(b for b, s in scan.items() if s['fits'])}, total {time.perf_counter() - started:.0f} s\n{report}")
-    args.out.write_text(json.dumps({"budget": budget, "scan": scan, "outcomes": [asdict(o) for o in outcomes], "finesweep": asdict(probe_result),
+    recorded = naming.facts()
+    data = f"bert-{args.hidden}x{args.layers}"
+    out = args.out or naming.result_path(Path(__file__).parent, "probe", data, recorded)
+    out.write_text(json.dumps({**recorded, "budget": budget, "scan": scan, "outcomes": [asdict(o) for o in outcomes], "finesweep": asdict(probe_result),
                                     "table": report, "args": {k: str(v) for k, v in vars(args).items()}}, indent=1))
 
 

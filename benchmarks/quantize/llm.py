@@ -11,7 +11,8 @@ per activation tensor: the classifier's method); with the gguf extra, gguf-q8_0 
 run in llama.cpp: the decode speed a CPU user compares with).
 (c) Each measured by finesweep's own code, as the export does: perplexity on the test split, bytes on disk, greedy
 decoding at batch 1 (ms per generated token, 32 tokens), forward pass at batch 1 and 32 (ms per sample). Written to
-`benchmarks/quantize/llm-results.json` and printed as a Markdown table. From the repository root:
+`benchmarks/quantize/quantize-llm-chat-<cpu kind>-<date>-<commit>.json` and printed as a Markdown table. From the
+repository root:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/quantize/llm.py [--checkpoint DIR] [--threads 1]
 """
@@ -19,6 +20,7 @@ decoding at batch 1 (ms per generated token, 32 tokens), forward pass at batch 1
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import gc
 import json
 import os
@@ -28,7 +30,12 @@ from typing import Any
 
 from run import REPO, environment, quiet_int8_log
 
-# The goal of issue 15 on this kind of machine: at least this speed-up at batch 1 with at most 1% perplexity lost.
+# The result file's name and the machine facts every benchmark records (benchmarks/naming.py).
+_spec = importlib.util.spec_from_file_location("naming", Path(__file__).resolve().parents[1] / "naming.py")
+naming = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(naming)
+
+# The goal on this kind of machine: at least this speed-up at batch 1 with at most 1% perplexity lost.
 SPEEDUP_GOAL = 1.5
 MAX_PERPLEXITY_RISE = 0.01
 
@@ -143,7 +150,7 @@ def main() -> None:
     parser.add_argument("--checkpoint", type=Path, help="a causal LM folder to measure instead of the example's model")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "quantize-benchmark-llm")
     parser.add_argument("--threads", type=int, default=1, help="threads of every measurement")
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("llm-results.json"))
+    parser.add_argument("--out", type=Path, help="default: quantize-llm-chat-<cpu kind>-<date>-<commit>.json here")
     args = parser.parse_args()
 
     import torch
@@ -164,6 +171,9 @@ def main() -> None:
               "environment": environment(args.threads),
               "load_average_1_5_15min": {"before": load_before, "after": os.getloadavg()}, "variants": rows,
               "goal": goal, "seconds": time.perf_counter() - started}
+    recorded = naming.facts()
+    report = {**recorded, **report}
+    args.out = args.out or naming.result_path(Path(__file__).parent, "quantize-llm", "chat", recorded)
     args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(table(rows))
     print(goal)

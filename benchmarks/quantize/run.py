@@ -6,7 +6,8 @@ evaluation kept by the sweep's metric (or `--checkpoint DIR`: a trial checkpoint
 (b) The full model saved as the export saves it, then every variant made by finesweep's quantizer and measured the
 same way on the test split: finesweep's evaluation (accuracy, macro-F1, loss), bytes on disk (whole model), bytes
 of the Linear layers as saved (read from the safetensors header), and per-sample latency at batch 1 and 32.
-(c) `benchmarks/quantize/results.json` and a Markdown table. Run from the repository root:
+(c) `benchmarks/quantize/quantize-tweets-<cpu kind>-<date>-<commit>.json` and a Markdown table. Run from the
+repository root:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/quantize/run.py [--checkpoint DIR] [--threads 1]
 """
@@ -26,6 +27,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+# The result file's name and the machine facts every benchmark records (benchmarks/naming.py).
+_spec = importlib.util.spec_from_file_location("naming", Path(__file__).resolve().parents[1] / "naming.py")
+naming = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(naming)
 
 REPO = Path(__file__).resolve().parents[2]
 FULL = "none"
@@ -296,7 +302,7 @@ def measure(folders: dict[str, Path], layers: list[str], test: Any, collate: Cal
 
 
 def compare(results: list[dict[str, Any]]) -> None:
-    """Ratios and changes against the full model, and whether each variant meets the issue's goals."""
+    """Ratios and changes against the full model, and whether each variant meets the goals."""
     full = results[0]
     for row in results:
         row["size_ratio"] = full["size_bytes"] / row["size_bytes"]
@@ -398,7 +404,7 @@ def main() -> None:
     parser.add_argument("--batch1-rows", type=int, default=64, help="test rows timed one at a time per repeat")
     parser.add_argument("--batch32-batches", type=int, default=4, help="batches of 32 test rows timed per repeat")
     parser.add_argument("--repeats", type=int, default=7, help="timed passes per variant and batch size")
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results.json"))
+    parser.add_argument("--out", type=Path, help="default: quantize-tweets-<cpu kind>-<date>-<commit>.json here")
     args = parser.parse_args()
     run(args)
 
@@ -443,6 +449,9 @@ def run(args: argparse.Namespace) -> None:
               "training": training, "load_average_1_5_15min": {"before": load_before, "after": os.getloadavg()},
               "variants": results, "skipped": skipped, "goals": goal_lines(results),
               "seconds": time.perf_counter() - started}
+    recorded = naming.facts()
+    report = {**recorded, **report}
+    args.out = args.out or naming.result_path(Path(__file__).parent, "quantize", "tweets", recorded)
     args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(table(results))
     print("\n".join(report["goals"] + [f"{name} left out: {why}" for name, why in skipped.items()]))

@@ -7,8 +7,8 @@ schedule with 6% warm-up, one CPU thread, scored on the 2,000 test rows at its e
 (two single-threaded processes on the 2 cores, as the sweep's two trials at once do). Pooling `mean` replaces the
 [CLS] head of AutoModelForSequenceClassification with a linear layer on the mean of the last hidden states (how the
 all-MiniLM checkpoint was trained to embed sentences), as a sweep file's `pooling: mean` does
-(trainer/mean_pooling.py; this script keeps its own few lines so its earlier rows stay comparable). Writes
-one_trial-results.json.
+(trainer/mean_pooling.py; this script keeps its own few lines so its rows stay comparable). Writes
+one-trial-tweets-<cpu kind>-<date>-<commit>.json.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/quickstart/one_trial.py            # the table in benchmarks/README.md
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/quickstart/one_trial.py --one 3 cls random 3e-4 300 32
@@ -17,11 +17,17 @@ one_trial-results.json.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+# The result file's name and the machine facts every benchmark records (benchmarks/naming.py).
+_spec = importlib.util.spec_from_file_location("naming", Path(__file__).resolve().parents[1] / "naming.py")
+naming = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(naming)
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -118,8 +124,9 @@ def main() -> None:
         results += [json.loads(run.communicate()[0].strip().splitlines()[-1]) for run in runs]
     from finesweep.search.probe.device import cpu_identity
 
-    report = {"machine": cpu_identity(), "date": time.strftime("%Y-%m-%d"), "results": results}
-    (HERE / "one_trial-results.json").write_text(json.dumps(report, indent=1) + "\n")
+    recorded = naming.facts()
+    report = {"machine": cpu_identity(), **recorded, "results": results}
+    naming.result_path(HERE, "one-trial", "tweets", recorded).write_text(json.dumps(report, indent=1) + "\n")
     for r in results:
         print(f"| {r['layers']} | {r['pooling']} | {r['sampling']} | {r['batch']} | {r['lr']:g} | {r['samples']} | "
               f"{r['train_seconds']} | {r['samples_per_second']} | {r['test_accuracy']} |")

@@ -6,8 +6,8 @@ without it the file's max_steps and num_trials stand and the budget cuts what ru
 folder each, one after the other. For each: the command's wall time and phases, the plan's predicted wall time
 (and the ratio real / predicted), the trials and how they ended, the winner's model and step, and the test
 accuracy in full precision and int8. Each variant prepares its data and runs its probe itself, as a user's first
-run does (no cache is shared). Writes benchmarks/quickstart/results.json and prints a Markdown table. Run from the
-repository root, with nothing else loading the machine:
+run does (no cache is shared). Writes benchmarks/quickstart/quickstart-tweets-<cpu kind>-<date>-<commit>.json and
+prints a Markdown table. Run from the repository root, with nothing else loading the machine:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/quickstart/run.py [--sweep sweeps/tweets.yaml] [--variants plan no-plan]
 """
@@ -15,6 +15,7 @@ repository root, with nothing else loading the machine:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -27,6 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+# The result file's name and the machine facts every benchmark records (benchmarks/naming.py).
+_spec = importlib.util.spec_from_file_location("naming", Path(__file__).resolve().parents[1] / "naming.py")
+naming = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(naming)
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -108,8 +114,9 @@ def main() -> None:
     for name in args.variants:
         results.append(run_variant(args.sweep.resolve(), name, VARIANTS[name], args.work))
         print(f"{name}: {json.dumps(results[-1])}", flush=True)
-    out = {"machine": cpu_flags(), "sweep": str(args.sweep), "date": time.strftime("%Y-%m-%d"), "results": results}
-    (HERE / "results.json").write_text(json.dumps(out, indent=1))
+    recorded = naming.facts()
+    out = {"machine": cpu_flags(), "sweep": str(args.sweep), **recorded, "results": results}
+    naming.result_path(HERE, "quickstart", args.sweep.stem, recorded).write_text(json.dumps(out, indent=1))
     print(f"\n{out['machine']}\n\n{table(results)}")
 
 

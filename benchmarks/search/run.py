@@ -12,8 +12,9 @@ each of `--layers`: the model is a dimension of the search), each method searche
 (a) and (b) run through finesweep's real CLI (one trial at a time, so the budget order is well defined) and every
 evaluation is read back from the sweep's MLflow store; (c) records its evaluations with a TrainerCallback. For each
 method and seed: the best validation loss, the test accuracy of the model it hands back, and the budget fraction
-at which its best-so-far first reaches random search's final best. Writes `benchmarks/search/results.json` and
-prints Markdown tables. Ablations (`--methods tpe_asha_grace3 tpe_no_asha`) can reuse random search's runs of an
+at which its best-so-far first reaches random search's final best. Writes
+`benchmarks/search/search-tweets-<cpu kind>-<date>-<commit>.json` and prints Markdown tables. Ablations
+(`--methods tpe_asha_grace3 tpe_no_asha`) can reuse random search's runs of an
 earlier results file (`--random-from`). Run from the repository root (see benchmarks/README.md for the figures):
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/search/run.py [--seeds 0 1 2] [--layers 3 1] [--steps 75] \
@@ -23,6 +24,7 @@ earlier results file (`--random-from`). Run from the repository root (see benchm
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -37,9 +39,16 @@ from typing import Any
 
 import yaml
 
+# The result file's name and the machine facts every benchmark records (benchmarks/naming.py).
+_spec = importlib.util.spec_from_file_location("naming", Path(__file__).resolve().parents[1] / "naming.py")
+naming = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(naming)
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "sweeps" / "tweets.yaml"
-RESULTS = Path(__file__).resolve().parent / "results.json"
+# A fresh run writes search-tweets-<cpu kind>-<date>-<commit>.json here; --resume and --tables name their file.
+RECORDED = naming.facts()
+RESULTS = naming.result_path(Path(__file__).resolve().parent, "search", "tweets", RECORDED)
 SPLITS = {"train": 4000, "validation": 500, "test": 1000}
 DATA_SEED = 0  # one split for every method and seed: the seeds vary the searches, not the data
 # The example's dimensions (model, precision, batch, learning rate) as a user who does not know the right rate would
@@ -53,7 +62,7 @@ METHODS = ("tpe_asha", "random", "hf_optuna")
 # Ablations (not run by default): TPE + ASHA whose first rung is the 2nd or 3rd evaluation instead of the 1st, and TPE
 # with the step budget but no early stopping. They tell whether a shortfall of tpe_asha comes from ASHA or from TPE.
 ABLATIONS = ("tpe_asha_grace2", "tpe_asha_grace3", "tpe_no_asha")
-GOAL_FRACTION = 1 / 3  # issue 5: TPE+ASHA reaches random search's final best with at most a third of the budget
+GOAL_FRACTION = 1 / 3  # the goal: TPE+ASHA reaches random search's final best with at most a third of the budget
 THREADS = 2
 
 
@@ -390,7 +399,7 @@ def save(runs: list[MethodRun], s: Settings, started: float) -> dict[str, Any]:
         "settings": {"seeds": s.seeds, "steps_per_trial": s.steps, "eval_every_steps": s.eval_every,
                      "budget_steps": s.budget, "budget_trials": s.budget_trials, "layers": s.layers,
                      "splits": SPLITS, "data_seed": DATA_SEED, "space": SPACE, "metric": METRIC, "threads": THREADS},
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()}, **RECORDED,
         "goal": f"tpe_asha reaches random's final best with at most {GOAL_FRACTION:.2f} of the budget",
         "summary": summary, "runs": [asdict(r) for r in runs],
         "total_wall_s": round(time.perf_counter() - started, 1),

