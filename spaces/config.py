@@ -49,36 +49,80 @@ class SplitSizes(Section):
 class DataConfig(Section):
     """Where the data is and how to read it."""
 
-    path: str = Field(description="CSV, TSV, JSONL, Parquet file or datasets save_to_disk folder; relative to the sweep file, or pkg://package/inside/path.")
-    validation_path: str | None = Field(None, description="Pre-split input: the validation file (path is then the train file).")
-    test_path: str | None = Field(None, description="Pre-split input: the test file; set together with validation_path.")
-    format: Literal["auto", "csv", "tsv", "jsonl", "parquet", "datasets"] = Field("auto", description="File format; auto = by extension (a folder = a datasets save_to_disk folder).")
+    path: str = Field(description=(
+        "CSV, TSV, JSONL, Parquet file or datasets save_to_disk folder; relative to the sweep file, or "
+        "pkg://package/inside/path."))
+    validation_path: str | None = Field(None, description=(
+        "Pre-split input: the validation file (path is then the train file)."))
+    test_path: str | None = Field(None, description=(
+        "Pre-split input: the test file; set together with validation_path."))
+    format: Literal["auto", "csv", "tsv", "jsonl", "parquet", "datasets"] = Field("auto", description=(
+        "File format; auto = by extension (a folder = a datasets save_to_disk folder)."))
     encoding: str = Field("utf-8", description="Text encoding of CSV/TSV/JSONL files (utf-8 also accepts a BOM).")
-    task: Task = Field(Task.classification, description="classification (text -> label) or causal_lm (prompt + response).")
+    task: Task = Field(Task.classification, description=(
+        "classification (text -> label) or causal_lm (prompt + response)."))
     text_column: str = Field("text", description="Input text column (classification).")
-    text_pair_column: str | None = Field(None, description="A second input text column, for a classifier of text pairs (entailment, paraphrase, a question and a passage): each row's two texts are one input, tokenized as the model's pair ([CLS] first [SEP] second [SEP] for BERT, with its segment ids; a decoder's tokenizer, which puts nothing between them, gets its end-of-sequence token there); an empty second text drops the row as an empty one; duplicates, conflicts and leaks compare the pair. Unset = one text a row.")
-    label_column: str = Field("label", description="Label column (classification); each distinct label is a class, mapped to an id (a whole number stored as a float, 1.0, is the class '1'). A column of values rather than classes is refused: more than 20 distinct numbers with fractions (a score: finesweep has no regression task), or most rows in values too rare to split (free text, ids).")
+    text_pair_column: str | None = Field(None, description=(
+        "A second input text column, for a classifier of text pairs (entailment, paraphrase, a question and a "
+        "passage): each row's two texts are one input, tokenized as the model's pair; an empty second text drops the "
+        "row; duplicates, conflicts and leaks compare the pair. Unset = one text a row."))
+    label_column: str = Field("label", description=(
+        "Label column (classification); each distinct label is a class (a whole number stored as 1.0 is the class "
+        "'1'). Refused as values, not classes: over 20 distinct numbers with fractions (a score; there is no "
+        "regression task), or most rows in labels too rare to split (free text, ids)."))
     prompt_column: str = Field("prompt", description="Prompt column (causal_lm); no loss on its tokens.")
     response_column: str = Field("response", description="Response column (causal_lm); the loss is on these tokens.")
-    system_column: str | None = Field(None, description="Optional system-prompt column beside prompt/response, Alpaca's or ShareGPT's columns (causal_lm).")
-    chat_format: Literal["auto", "messages", "sharegpt", "alpaca", "prompt_response"] = Field("auto", description="How causal_lm rows hold conversations; auto = from the first row's columns, the first of: messages_column (messages), conversations_column (sharegpt), instruction_column and output_column (alpaca), prompt_column and response_column (prompt_response). The data report names the one read.")
-    messages_column: str = Field("messages", description="Column of conversations (causal_lm chat_format messages): a list of {role, content} (system, user, assistant), OpenAI's chat format; the loss is on the assistant turns.")
-    conversations_column: str = Field("conversations", description="Column of ShareGPT conversations (causal_lm chat_format sharegpt): a list of {from, value}; from human/user = user, gpt/assistant/model/bot/chatgpt = assistant, system = system, function_call = assistant, observation/tool = user (LLaMA-Factory's tool turns); other roles need data.roles.")
-    roles: dict[str, Literal["user", "assistant", "system"]] = Field(default_factory=dict, description="Extra conversation roles and what they are, on top of the built-in ShareGPT ones (and of OpenAI's in a messages column), e.g. {function: assistant, prompter: user}; names compare case-insensitively.")
-    instruction_column: str = Field("instruction", description="Alpaca's instruction column (causal_lm chat_format alpaca); with a non-empty input the user turn is instruction, a blank line, input (\"{instruction}\\n\\n{input}\", as Alpaca's template joins them).")
-    input_column: str = Field("input", description="Alpaca's optional input column, joined to the instruction (never dropped when non-empty); a file without it has instructions alone.")
-    output_column: str = Field("output", description="Alpaca's output column: the assistant's reply, which carries the loss.")
-    chat_template: str = Field("auto", description="How causal_lm conversations become text: auto = the model's own chat template when its tokenizer has one, else plain; model = its own (an error if none); none = plain (prompt, newline, response, end-of-sequence token); or a Jinja template file.")
+    system_column: str | None = Field(None, description=(
+        "Optional system-prompt column beside prompt/response, Alpaca's or ShareGPT's columns (causal_lm)."))
+    chat_format: Literal["auto", "messages", "sharegpt", "alpaca", "prompt_response"] = Field("auto", description=(
+        "How causal_lm rows hold conversations; auto = from the first row's columns, the first of: messages_column "
+        "(messages), conversations_column (sharegpt), instruction_column and output_column (alpaca), prompt_column "
+        "and response_column (prompt_response). The data report names the one read."))
+    messages_column: str = Field("messages", description=(
+        "Column of conversations (causal_lm chat_format messages): a list of {role, content} (system, user, "
+        "assistant), OpenAI's chat format; the loss is on the assistant turns."))
+    conversations_column: str = Field("conversations", description=(
+        "Column of ShareGPT conversations (causal_lm chat_format sharegpt): a list of {from, value}; from human/user "
+        "= user, gpt/assistant/model/bot/chatgpt = assistant, system = system, function_call = assistant, "
+        "observation/tool = user (LLaMA-Factory's tool turns); other roles need data.roles."))
+    roles: dict[str, Literal["user", "assistant", "system"]] = Field(default_factory=dict, description=(
+        "Extra conversation roles and what they are, on top of the built-in ShareGPT ones (and of OpenAI's in a "
+        "messages column), e.g. {function: assistant, prompter: user}; names compare case-insensitively."))
+    instruction_column: str = Field("instruction", description=(
+        "Alpaca's instruction column (causal_lm chat_format alpaca); with a non-empty input the user turn is "
+        "instruction, a blank line, input (\"{instruction}\\n\\n{input}\", as Alpaca's template joins them)."))
+    input_column: str = Field("input", description=(
+        "Alpaca's optional input column, joined to the instruction (never dropped when non-empty); a file without it "
+        "has instructions alone."))
+    output_column: str = Field("output", description=(
+        "Alpaca's output column: the assistant's reply, which carries the loss."))
+    chat_template: str = Field("auto", description=(
+        "How causal_lm conversations become text: auto = the model's own chat template when its tokenizer has one, "
+        "else plain; model = its own (an error if none); none = plain (prompt, newline, response, end-of-sequence "
+        "token); or a Jinja template file."))
     splits: SplitSizes = Field(default_factory=SplitSizes, description="Train/validation/test sizes.")
-    max_seq_len: int | None = Field(None, ge=8, description="Token limit; unset = cover the 99th percentile of lengths.")
-    drop_duplicates: bool = Field(True, description="Drop rows whose text (causal_lm: the whole conversation) repeats an earlier row.")
-    normalize: bool = Field(True, description="Compare texts after Unicode NFKC, case folding and whitespace collapsing (duplicates, conflicts, leaks); a classifier's labels too: spellings equal so ('Positive', 'positive') are one class, named by the most frequent, and data.allowed_labels match them.")
-    drop_conflicts: bool = Field(True, description="Drop every row of a text that appears with different labels (classification).")
-    allowed_labels: list[str] | None = Field(None, min_length=2, description="Labels to keep; rows with any other label are dropped. Unset = keep all.")
-    drop_rare_classes: bool = Field(True, description="Drop classes with fewer rows than splits (each split needs one of every class).")
-    drop_leaked: bool = Field(True, description="Remove from train every row whose text also appears in validation or test.")
-    group_by_length: bool = Field(True, description="Train on batches of rows of similar token length (transformers' train_sampling_strategy group_by_length: shuffled groups of up to 50 batches, sorted by length inside each group; evaluation too): less padding, 1.4x the samples/s on the example at the same accuracy; false = random batches, each padded to its longest row.")
-    too_long: Literal["truncate", "drop"] = Field("truncate", description="Rows longer than max_seq_len tokens (per candidate tokenizer): truncate or drop.")
+    max_seq_len: int | None = Field(None, ge=8, description=(
+        "Token limit; unset = cover the 99th percentile of lengths."))
+    drop_duplicates: bool = Field(True, description=(
+        "Drop rows whose text (causal_lm: the whole conversation) repeats an earlier row."))
+    normalize: bool = Field(True, description=(
+        "Compare texts after Unicode NFKC, case folding and whitespace collapsing (duplicates, conflicts, leaks); a "
+        "classifier's labels too: spellings equal so ('Positive', 'positive') are one class, named by the most "
+        "frequent, and data.allowed_labels match them."))
+    drop_conflicts: bool = Field(True, description=(
+        "Drop every row of a text that appears with different labels (classification)."))
+    allowed_labels: list[str] | None = Field(None, min_length=2, description=(
+        "Labels to keep; rows with any other label are dropped. Unset = keep all."))
+    drop_rare_classes: bool = Field(True, description=(
+        "Drop classes with fewer rows than splits (each split needs one of every class)."))
+    drop_leaked: bool = Field(True, description=(
+        "Remove from train every row whose text also appears in validation or test."))
+    group_by_length: bool = Field(True, description=(
+        "Train and evaluate on batches of rows of similar token length (transformers' group_by_length: shuffled "
+        "groups of up to 50 batches, sorted by length inside each): less padding, the same accuracy. false = random "
+        "batches, each padded to its longest row."))
+    too_long: Literal["truncate", "drop"] = Field("truncate", description=(
+        "Rows longer than max_seq_len tokens (per candidate tokenizer): truncate or drop."))
     seed: int | None = Field(None, description="Seed of the split; unset = the sweep's seed.")
 
     @model_validator(mode="after")
@@ -134,14 +178,26 @@ class ModelCandidate(Section):
     """One candidate model: a local folder, a hub id (online users), or a GGUF file."""
 
     # The default is never validated: _name_from_source fills it from the source, or _one_source refuses the entry.
-    name: str = Field(None, description="Short name used in the space, in MLflow and in the export. Unset: from the source: a GGUF file's name without .gguf, a hub id's last part, a pkg:// path's package, a folder's name (two candidates on one source need names of their own).", pattern=NAME_PATTERN)
-    path: str | None = Field(None, description="Local model folder; relative to the sweep file, or pkg://package/inside/path.")
+    name: str = Field(None, description=(
+        "Short name used in the space, in MLflow and in the export. Unset: from the source: a GGUF file's name "
+        "without .gguf, a hub id's last part, a pkg:// path's package, a folder's name (two candidates on one source "
+        "need names of their own)."), pattern=NAME_PATTERN)
+    path: str | None = Field(None, description=(
+        "Local model folder; relative to the sweep file, or pkg://package/inside/path."))
     hub_id: str | None = Field(None, description="Hugging Face hub id, for machines that can download.")
-    gguf_file: str | None = Field(None, description="GGUF file name inside `path` (or in the hub repo `hub_id`): dequantized once per machine into ~/.cache/finesweep/gguf ($FINESWEEP_CACHE), which every load of every sweep then reads.")
+    gguf_file: str | None = Field(None, description=(
+        "GGUF file name inside `path` (or in the hub repo `hub_id`): dequantized once per machine into "
+        "~/.cache/finesweep/gguf ($FINESWEEP_CACHE), which every load of every sweep then reads."))
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) for hub_id.")
-    config_overrides: dict[str, Any] = Field(default_factory=dict, description="Config fields to change at load, e.g. num_hidden_layers: 3.")
-    pooling: Literal["cls", "mean"] = Field("cls", description="What a classifier's head reads: cls (the first token, transformers' own head) or mean (the mean of the token states; BERT-family encoders). mean suits sentence-transformers checkpoints, trained to embed by mean pooling (on all-MiniLM it reaches [CLS]'s accuracy with half to two thirds of the samples); its export carries its modeling file, which plain transformers loads with trust_remote_code=True.")
-    gguf_origin: str | None = Field(None, description="Set by finesweep, not in a sweep file: the GGUF file that `path` (its dequantized copy in the machine's cache) was made from; the model card names it.")
+    config_overrides: dict[str, Any] = Field(default_factory=dict, description=(
+        "Config fields to change at load, e.g. num_hidden_layers: 3."))
+    pooling: Literal["cls", "mean"] = Field("cls", description=(
+        "What a classifier's head reads: cls (the first token, transformers' own head) or mean (the mean of the token "
+        "states; BERT-family encoders, suited to sentence-transformers checkpoints). A mean export carries its "
+        "modeling file: load it with trust_remote_code=True."))
+    gguf_origin: str | None = Field(None, description=(
+        "Set by finesweep, not in a sweep file: the GGUF file that `path` (its dequantized copy in the machine's "
+        "cache) was made from; the model card names it."))
 
     @model_validator(mode="before")
     @classmethod
@@ -171,14 +227,30 @@ class ModelCandidate(Section):
 class ResourcesConfig(Section):
     """What each trial and the probe may use."""
 
-    cpus_per_trial: float = Field(2, gt=0, description="CPU cores reserved for one trial (per worker). On a local Ray, at most the cores the sweep may use (its CPU affinity, within a cgroup quota): lowered, with a warning, where a trial would ask for more.")
-    gpus_per_trial: float | None = Field(None, ge=0, description="GPUs for one trial (fractions share a GPU; Ray accounts for them). Unset: none without CUDA; with CUDA, a share of one GPU sized by the probe's peak memory (as many trials per GPU as fit with the probe's margin), or whole GPUs round-robin when each trial needs one. 0 trains on the CPU even where CUDA is present.")
-    workers_per_trial: int = Field(1, ge=1, description="Data-parallel world size of each trial: above 1, that many Ray Train workers (torch.distributed), each with cpus_per_trial and gpus_per_trial (0 or 1); effective batch = micro x accumulation x workers.")
-    deepspeed_stage: Literal[0, 2, 3] = Field(0, description="DeepSpeed ZeRO stage of every trial (2: optimizer state and gradients partitioned over the ranks, 3: parameters too); 0 = off. Needs CUDA and the deepspeed package.")
-    memory_budget: str = Field("6GiB", json_schema_extra={"pattern": BYTES_PATTERN}, description="CPU: memory the concurrently running trials may use together (e.g. 6GiB); each trial's probe gets an equal share.")
-    max_micro_batch: int | None = Field(None, ge=1, description="Largest micro-batch the probe tries; unset = the largest effective batch.")
-    micro_batch: Literal["fastest", "largest"] = Field("fastest", description="Micro-batch trials use: the probe's fastest (samples/s) fitting one, or the largest that fits.")
-    gradient_checkpointing: Literal["auto", "on", "off"] = Field("auto", description="Recompute activations in the backward pass to fit a larger micro-batch. auto: where the largest effective batch needs gradient accumulation, the probe also measures with checkpointing and each trial trains with the plan whose measured samples/s is higher; on or off: always or never.")
+    cpus_per_trial: float = Field(2, gt=0, description=(
+        "CPU cores reserved for one trial (per worker). On a local Ray, at most the cores the sweep may use (its CPU "
+        "affinity, within a cgroup quota): lowered, with a warning, where a trial would ask for more."))
+    gpus_per_trial: float | None = Field(None, ge=0, description=(
+        "GPUs for one trial (a fraction shares a GPU). Unset: none without CUDA; with CUDA, a share of one GPU sized "
+        "by the probe's peak memory, or whole GPUs round-robin when each trial needs one. 0 trains on the CPU even "
+        "where CUDA is present."))
+    workers_per_trial: int = Field(1, ge=1, description=(
+        "Data-parallel world size of each trial: above 1, that many Ray Train workers (torch.distributed), each with "
+        "cpus_per_trial and gpus_per_trial (0 or 1); effective batch = micro x accumulation x workers."))
+    deepspeed_stage: Literal[0, 2, 3] = Field(0, description=(
+        "DeepSpeed ZeRO stage of every trial (2: optimizer state and gradients partitioned over the ranks, 3: "
+        "parameters too); 0 = off. Needs CUDA and the deepspeed package."))
+    memory_budget: str = Field("6GiB", json_schema_extra={"pattern": BYTES_PATTERN}, description=(
+        "CPU: memory the concurrently running trials may use together (e.g. 6GiB); each trial's probe gets an equal "
+        "share."))
+    max_micro_batch: int | None = Field(None, ge=1, description=(
+        "Largest micro-batch the probe tries; unset = the largest effective batch."))
+    micro_batch: Literal["fastest", "largest"] = Field("fastest", description=(
+        "Micro-batch trials use: the probe's fastest (samples/s) fitting one, or the largest that fits."))
+    gradient_checkpointing: Literal["auto", "on", "off"] = Field("auto", description=(
+        "Recompute activations in the backward pass to fit a larger micro-batch. auto: where the largest effective "
+        "batch needs gradient accumulation, the probe also measures with checkpointing and each trial trains with the "
+        "plan whose measured samples/s is higher; on or off: always or never."))
 
     @field_validator("memory_budget")
     @classmethod
@@ -220,12 +292,21 @@ DEFAULT_QUANTIZATION = [Quantization.int8, Quantization.onnx_int8]
 class ExportConfig(Section):
     """What is done with the best checkpoint."""
 
-    quantization: list[Quantization] = Field(DEFAULT_QUANTIZATION, min_length=1, description="Quantized exports to make and measure: none, int8 and nf4 (bitsandbytes), torchao-int8 (int8 weight-only, a CPU path), torchao-int4 (int4 weight-only; a CUDA GPU of compute capability 8.0+) and torchao-fp8 (float8 weights and activations; CUDA 8.9+: Ada, Hopper), the three with the torchao extra; onnx-int8 (ONNX Runtime int8, the fast CPU path: dynamic int8 for a classifier, int8 weight blocks and the key/value cache for a causal LM); gguf-q8_0 and gguf-q4_k_m (a causal LM as one GGUF file for llama.cpp, Ollama and LM Studio, made by llama.cpp's converter and quantizer and measured in llama.cpp; the gguf extra: `bash scripts/setup.sh --gguf`). Unset: int8 and onnx-int8. Under search.time_limit, where the export would take over a third of what the limit leaves, that list (unset or written as it is) loses int8 on a machine without CUDA, and then onnx-int8 too if that is not enough (the plan says so); another list is kept.")
+    quantization: list[Quantization] = Field(DEFAULT_QUANTIZATION, min_length=1, description=(
+        "Exports to make and measure: none; int8, nf4 (bitsandbytes); torchao-int8 (CPU), torchao-int4 (CUDA 8.0+), "
+        "torchao-fp8 (CUDA 8.9+); onnx-int8 (the fast CPU path); gguf-q8_0, gguf-q4_k_m (a causal LM for llama.cpp). "
+        "Unset: int8 and onnx-int8, trimmed where search.time_limit leaves too little."))
     output_dir: str | None = Field(None, description="Export folder; unset = <sweep folder>/export.")
-    max_metric_drop: float = Field(0.01, ge=0, description="Warn when a quantized model's metric falls by more than this.")
-    generation_samples: int = Field(32, ge=0, description="causal_lm: greedy answers to the first this many test prompts, from the full model and each quantized one (and, beside them, the baseline's checkpoint and the untuned base model), scored against the references (exact match, token F1, ROUGE-L) and shown side by side in the model card; 0 = off. Under search.time_limit, fewer (none below 4) where the export would take over a third of what the limit leaves (the plan says so).")
-    register_model: bool = Field(True, description="Register each exported variant in the MLflow model registry (a new version each export, alias = variant).")
-    registered_model_name: str | None = Field(None, description="Registered model name; unset = the sweep's name.", min_length=1)
+    max_metric_drop: float = Field(0.01, ge=0, description=(
+        "Warn when a quantized model's metric falls by more than this."))
+    generation_samples: int = Field(32, ge=0, description=(
+        "causal_lm: greedy answers to the first this many test prompts, from the full model, each quantized one, the "
+        "baseline's checkpoint and the untuned base, scored (exact match, token F1, ROUGE-L) in the model card; 0 = "
+        "off. Fewer (at least 4) where search.time_limit leaves too little."))
+    register_model: bool = Field(True, description=(
+        "Register each exported variant in the MLflow model registry (a new version each export, alias = variant)."))
+    registered_model_name: str | None = Field(None, description=(
+        "Registered model name; unset = the sweep's name."), min_length=1)
 
 
 def _raw_task(data: Any) -> Task | None:
@@ -245,17 +326,23 @@ def _raw_task(data: Any) -> Task | None:
 class SweepConfig(Section):
     """A whole sweep file."""
 
-    name: str = Field(description="Sweep name: the folder under output_root and the MLflow experiment.", pattern=NAME_PATTERN)
+    name: str = Field(description=(
+        "Sweep name: the folder under output_root and the MLflow experiment."), pattern=NAME_PATTERN)
     seed: int = Field(42, description="Seed of splits, sampler and training.")
-    output_root: str = Field("runs", description="Folder holding each sweep's folder (relative to the working directory).")
+    output_root: str = Field("runs", description=(
+        "Folder holding each sweep's folder (relative to the working directory)."))
     trust_remote_code: bool = Field(False, description="Allow model code from the model folder or hub to run.")
-    data: DataConfig
+    data: DataConfig = Field(description="Where the data is and how to read it (data.*).")
     models: list[ModelCandidate] = Field(min_length=1, description="Candidate models.")
-    space: SpaceConfig = Field(default_factory=SpaceConfig)
-    search: SearchConfig = Field(default_factory=SearchConfig)
-    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
-    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
-    export: ExportConfig = Field(default_factory=ExportConfig)
+    space: SpaceConfig = Field(default_factory=SpaceConfig, description="The search space (space.*).")
+    search: SearchConfig = Field(default_factory=SearchConfig, description=(
+        "How trials are sampled, run and stopped (search.*)."))
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description=(
+        "What each trial and the probe may use (resources.*)."))
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description=(
+        "Where MLflow records the sweep (tracking.*)."))
+    export: ExportConfig = Field(default_factory=ExportConfig, description=(
+        "What is done with the best checkpoint (export.*)."))
 
     @model_validator(mode="before")
     @classmethod

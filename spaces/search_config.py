@@ -25,9 +25,8 @@ TASK_METRICS = {
     Task.causal_lm: ("eval_loss", "eval_perplexity", THROUGHPUT_METRIC, "train_tokens_per_second_so_far"),
 }
 # search.metric unset: what the user keeps. A classifier's accuracy, not its validation loss: the loss rises as the
-# model grows confident while its accuracy still climbs, so a sweep picking by loss exported the first epoch's
-# checkpoint where a second epoch gains about a point of accuracy (benchmarks/README.md, "Earlier result: tweets (plan,
-# then run with a computed budget)").
+# model grows confident while its accuracy still climbs, so picking by loss keeps an early checkpoint that a later
+# one beats on accuracy (docs/how-it-works.md, "Why the defaults are what they are").
 # A causal LM's loss (the order of its perplexity).
 TASK_DEFAULT_METRIC = {Task.classification: "eval_accuracy", Task.causal_lm: "eval_loss"}
 
@@ -41,19 +40,31 @@ class AshaConfig(Section):
 
 class BaselineRecipe(Section):
     """The recipe a user would run without finesweep. It trains as the sweep's first trial (never stopped early by
-    ASHA, at most the Trainer's 3 epochs, at most a trial's length), its best checkpoint is measured on the test split like the
-    winner's, and the export says how far the winner is from it. An unset field takes the defaults below."""
+    ASHA, at most the Trainer's 3 epochs, at most a trial's length), its best checkpoint is measured on the test split
+    like the winner's, and the export says how far the winner is from it. An unset field takes the defaults below."""
 
-    model: str | None = Field(None, description="Candidate the baseline trains; unset = the first of the space's models with transformers' own head (pooling cls, what a plain Trainer run builds), else the first.")
-    method: Method | None = Field(None, description="Unset = full where the space has it, else the space's first method.")
-    precision: Precision | None = Field(None, description="Unset = fp32 (TrainingArguments' default); either way, where the probe dropped it, the first precision kept.")
-    learning_rate: float | None = Field(None, gt=0, description="Unset = 5e-5 for full fine-tuning (TrainingArguments' default), 2e-4 for lora and qlora (the QLoRA paper's rate, the common LoRA recipe).")
-    effective_batch_size: int = Field(8, ge=1, description="Samples per optimizer step (TrainingArguments' per_device_train_batch_size default).")
-    warmup_ratio: float = Field(0.0, ge=0, lt=1, description="TrainingArguments' default: no warm-up (then linear decay, as every trial).")
+    model: str | None = Field(None, description=(
+        "Candidate the baseline trains; unset = the first of the space's models with transformers' own head (pooling "
+        "cls, what a plain Trainer run builds), else the first."))
+    method: Method | None = Field(None, description=(
+        "Unset = full where the space has it, else the space's first method."))
+    precision: Precision | None = Field(None, description=(
+        "Unset = fp32 (TrainingArguments' default); either way, where the probe dropped it, the first precision kept."))
+    learning_rate: float | None = Field(None, gt=0, description=(
+        "Unset = 5e-5 for full fine-tuning (TrainingArguments' default), 2e-4 for lora and qlora (the QLoRA paper's "
+        "rate, the common LoRA recipe)."))
+    effective_batch_size: int = Field(8, ge=1, description=(
+        "Samples per optimizer step (TrainingArguments' per_device_train_batch_size default)."))
+    warmup_ratio: float = Field(0.0, ge=0, lt=1, description=(
+        "TrainingArguments' default: no warm-up (then linear decay, as every trial)."))
     weight_decay: float = Field(0.0, ge=0, description="TrainingArguments' default: none.")
     lora_r: int = Field(8, ge=1, description="lora and qlora: peft's LoraConfig default rank.")
-    lora_alpha: int = Field(16, ge=1, description="lora and qlora: twice the rank, the usual pairing (peft's own default is 8).")
-    budget: Literal["trial", "equal"] = Field("trial", description="trial: the recipe trains as the search's first trial, and the export is compared with it at equal training on validation (the recipe effect) and, labelled as unequal, on test. equal: after the search, the recipe also trains from step 0 for as many seconds as the export trained, on the same cores, and both are scored on the test split: the gain at equal time, with its interval. It doubles the search's time; the plan shows it (docs/how-it-works.md, 'The baseline').")
+    lora_alpha: int = Field(16, ge=1, description=(
+        "lora and qlora: twice the rank, the usual pairing (peft's own default is 8)."))
+    budget: Literal["trial", "equal"] = Field("trial", description=(
+        "trial: the recipe trains as the search's first trial; the export is compared with it at equal training on "
+        "validation and, marked unequal, on test. equal: after the search it also trains from step 0 for the export's "
+        "training seconds, both on test (the gain at equal time); doubles the search's time."))
 
 
 AUTO_SHARE_UNPLANNED = 0.4  # search.exploit.share auto where the plan measured nothing to resolve it from
@@ -72,10 +83,21 @@ class ExploitConfig(Section):
     """After the search, the rest of a time budget trains the winner further: the budget buys the best final model,
     not only the best configuration (scikit-learn's refit, AutoGluon's refit_full, PBT's survivors)."""
 
-    share: Literal["auto"] | float = Field("auto", description="Fraction of search.time_budget_minutes kept for the winner after the search (the search gets the rest, and whatever it leaves unspent goes to the winner too); 0 = off. Needs a time budget. The plan sets it to 0 where every trial makes search.exploit.max_epochs passes itself (a small data set): the winner would have nothing left to train; and lowers it to what the winner's training from the shortest trial to those passes takes (1.5x, at the slowest candidate's speed) where that is less, so the trials get the seconds it could not use. auto: from the passes over the training split the budget pays for at the slowest candidate's measured speed (one trial's), 0.75 at one pass or fewer (the final model has not yet seen the data once: training it matters more than comparing recipes) down to 0.4 at four or more (BERT's fine-tuning grid ends at 4 epochs: past it, more training buys little), linear between; 0.4 where nothing was measured. Either way lowered where the trials' part would end before a trial of the slowest candidate has started and evaluated once (with 1.5x room), so that some trial reports.")
-    evaluations: int = Field(3, ge=1, description="Evaluations (each with its checkpoint) the winner's further training makes, its last one included: it is judged at its end, and the ones before are what a crash keeps. The trials evaluate every search.eval_every_steps, for ASHA; each evaluation is a validation pass and a save the winner would rather train in.")
-    max_epochs: Literal["auto"] | float | None = Field("auto", description="Passes over the training split the winner makes at most, its trial's steps included: where the budget would pay for more, its training ends there (its rate decayed to zero at that step); where the trials tried several models, the time left trains the runner-up model's best trial the same way (the better on validation is exported); else the export starts early and the sweep says how much of the budget was left. A budget that pays for many passes (a GPU) otherwise goes to a model that has stopped improving: all-MiniLM-L6-v2 trained straight on two 6,000-row tweet slices scored 0.75 to 1.7 points less on test after 3 passes than after 2, four paired runs out of four; on 1,540 text pairs 6 passes scored 8 points more than 2 (benchmarks/README.md). auto: a classifier's passes make 12,000 training samples, at least 2 (the low end of BERT's fine-tuning grid of 2, 3, 4 epochs; Devlin et al. 2019) and at most 10: a small data set trains more passes (Mosbach et al. 2021, Zhang et al. 2021); a causal LM's, 2. null: the whole budget.")
-    start: Literal["checkpoint", "scratch"] = Field("checkpoint", description="checkpoint: the winning trial goes on from its latest checkpoint with every core the search used, its learning rate re-drawn as if it had been planned to end with the budget (warm restart), decaying to zero at the end; scratch: its configuration trains again from step 0 for the remaining time (benchmarks/README.md compares the two).")
+    share: Literal["auto"] | float = Field("auto", description=(
+        "Fraction (at most 0.9) of search.time_budget_minutes kept to train the winner after the search (with what "
+        "the trials leave); 0 = off. auto: 0.75 where the budget pays for at most one pass over the training split, "
+        "0.4 at four or more, linear between; 0.4 unmeasured. The plan may lower it."))
+    evaluations: int = Field(3, ge=1, description=(
+        "Evaluations (each with its checkpoint) the winner's further training makes, its last one included: it is "
+        "judged at its end, and the earlier ones are what a crash keeps. Each is a validation pass and a save."))
+    max_epochs: Literal["auto"] | float | None = Field("auto", description=(
+        "Most passes over the training split the winner makes, its trial's included; a budget that pays for more "
+        "trains the runner-up model's best trial the same way, else the export starts early. auto: a classifier's "
+        "passes make 12,000 samples, 2 to 10; a causal LM's, 2. null: the whole budget."))
+    start: Literal["checkpoint", "scratch"] = Field("checkpoint", description=(
+        "checkpoint: the winning trial goes on from its latest checkpoint on every core the search used, its learning "
+        "rate re-drawn to decay to zero at the budget's end (warm restart); scratch: its configuration trains again "
+        "from step 0 for the remaining time."))
 
     @field_validator("max_epochs")
     @classmethod
@@ -115,29 +137,73 @@ class ExploitConfig(Section):
 class SearchConfig(Section):
     """How trials are sampled, run and stopped."""
 
-    algorithm: Literal["tpe", "random", "grid"] = Field("tpe", description="Optuna sampler: multivariate TPE, random, or grid (every combination of the space, as a baseline).")
-    grid_points: int = Field(3, ge=2, description="Grid search: values per searched range (learning_rate, warmup_ratio, weight_decay, dropout), both ends included, log-spaced for a log range.")
+    algorithm: Literal["tpe", "random", "grid"] = Field("tpe", description=(
+        "Optuna sampler: multivariate TPE, random, or grid (every combination of the space, as a baseline)."))
+    grid_points: int = Field(3, ge=2, description=(
+        "Grid search: values per searched range (learning_rate, warmup_ratio, weight_decay, dropout), both ends "
+        "included, log-spaced for a log range."))
     scheduler: Literal["asha", "none"] = Field("asha", description="Early stopping of poor trials.")
     asha: AshaConfig = Field(default_factory=AshaConfig, description="ASHA settings.")
-    plateau_patience: int | None = Field(3, ge=1, description="A trial stops once this many evaluations in a row have not bettered its best (any improvement counts), whatever the scheduler: a small data set is learnt in a few passes, and a trial that trains on past its best spends the budget for nothing (its best checkpoint stays a candidate). The baseline trial is never stopped. 3: the window of Ray Tune's TrialPlateauStopper (4 results); null = off.")
+    plateau_patience: int | None = Field(3, ge=1, description=(
+        "A trial stops once this many evaluations in a row have not bettered its best (any improvement counts), "
+        "whatever the scheduler; its best checkpoint stays a candidate. The baseline trial is never stopped. null = "
+        "off."))
     num_trials: int = Field(8, ge=1, description="Trials to run, the baseline's (search.baseline) among them.")
-    max_concurrent_trials: int | None = Field(None, ge=1, description="Trials running at once. Unset: 1 on a CPU; with CUDA, as many as the probe's peak memory lets share the GPUs (see resources.gpus_per_trial), at most the CPU cores over cpus_per_trial.")
-    metric: str = Field(TASK_DEFAULT_METRIC[Task.classification], description="Evaluation metric the search optimises and the export picks its checkpoint by. A classifier's trials report eval_accuracy, eval_f1_macro and eval_loss; a causal LM's eval_loss and eval_perplexity; both train_samples_per_second_so_far and train_tokens_per_second_so_far. Unset: eval_accuracy for a classifier (its validation loss rises while its accuracy still climbs: picking by loss keeps an early checkpoint), eval_loss for a causal LM.")
-    mode: Literal["min", "max"] = Field(METRIC_MODES[TASK_DEFAULT_METRIC[Task.classification]], description="Whether the metric is minimised or maximised. Unset: the way the metric is better (max for accuracy, F1 and speeds, min for loss and perplexity).")
-    eval_every_steps: int = Field(50, ge=1, description="Optimizer steps between evaluations (each one reported to ASHA and MLflow). At this default, under a time budget, fewer where a trial of the slowest combination would not evaluate twice in the trials' share (the plan says so); another number stands.")
+    max_concurrent_trials: int | None = Field(None, ge=1, description=(
+        "Trials running at once. Unset: 1 on a CPU; with CUDA, as many as the probe's peak memory lets share the GPUs "
+        "(see resources.gpus_per_trial), at most the CPU cores over cpus_per_trial."))
+    metric: str = Field(TASK_DEFAULT_METRIC[Task.classification], description=(
+        "Metric the search optimises and the export picks its checkpoint by: a classifier reports eval_accuracy, "
+        "eval_f1_macro, eval_loss; a causal LM eval_loss, eval_perplexity; both train_samples_per_second_so_far, "
+        "train_tokens_per_second_so_far. Unset: eval_accuracy (classifier), eval_loss (causal LM)."))
+    mode: Literal["min", "max"] = Field(METRIC_MODES[TASK_DEFAULT_METRIC[Task.classification]], description=(
+        "Whether the metric is minimised or maximised. Unset: the way the metric is better (max for accuracy, F1 and "
+        "speeds, min for loss and perplexity)."))
+    eval_every_steps: int = Field(50, ge=1, description=(
+        "Optimizer steps between evaluations (each one reported to ASHA and MLflow). At this default, under a time "
+        "budget, fewer where a trial of the slowest combination would not evaluate twice in the trials' share (the "
+        "plan says so); another number stands."))
     max_steps: int = Field(200, ge=1, description="Optimizer steps per trial at most.")
-    time_budget_minutes: float | None = Field(None, gt=0, description="Wall-clock budget of the search: the trials, then the winner trained further (search.exploit.share of it); when the trials' share ends, running trials stop and their evaluations so far count (where none has evaluated yet, they go on until the first evaluation, at most to the end of the budget: the winner trains that much less); the winner's training ends with the budget, and the export goes on.")
-    time_limit: str | None = Field(None, description="Wall-clock limit of the whole `finesweep run` (data, probe, search, the winner's further training, export), e.g. 600s, 10m, 1.5h (`run --time-limit` sets it): the plan gives the search what the data, the probe and the export's predicted time leave, and says so before anything trains. Replaces time_budget_minutes (set one).")
-    step_budget: int | None = Field(None, ge=1, description="Training steps of all trials together; when they are spent, running trials stop, their evaluations so far count, and the export goes on.")
-    fit_to_budget: bool = Field(True, description="With time_budget_minutes or step_budget: fit the trials to the budget (the plan `finesweep plan` prints). A time budget that cannot pay for every combination's max_steps allots each trial evaluation periods of equal seconds, as many as a trial started first fits in the budget (half of it with one trial at a time, so that two are compared; a slower combination trains fewer steps in them); a step budget shortens the trials to what it pays for; num_trials is capped at the trials that can start. false: max_steps and num_trials as written; the budget then cuts what runs when it ends.")
+    time_budget_minutes: float | None = Field(None, gt=0, description=(
+        "Wall-clock budget of the search: the trials, then the winner trained further (search.exploit.share of it). "
+        "When the trials' share ends, running trials stop (one yet to evaluate goes on to its first evaluation) and "
+        "their evaluations count; the export runs after the budget."))
+    time_limit: str | None = Field(None, description=(
+        "Wall-clock limit of the whole `finesweep run` (data, probe, search, the winner's further training, export), "
+        "e.g. 600s, 10m, 1.5h (`run --time-limit` sets it): the search gets what the rest's predicted time leaves, as "
+        "the plan says first. Set it or time_budget_minutes, not both."))
+    step_budget: int | None = Field(None, ge=1, description=(
+        "Training steps of all trials together; when they are spent, running trials stop, their evaluations so far "
+        "count, and the export goes on."))
+    fit_to_budget: bool = Field(True, description=(
+        "With time_budget_minutes or step_budget: fit the trials to the budget, as `finesweep plan` prints (a time "
+        "budget: evaluation periods of equal seconds; a step budget: shorter trials; num_trials capped at the trials "
+        "that can start). false: max_steps and num_trials as written."))
     keep_checkpoints: int = Field(2, ge=1, description="Best checkpoints each trial keeps on disk.")
-    baseline: Literal["auto", "off"] | BaselineRecipe = Field("auto", description="The recipe a user would run without finesweep, measured as the sweep's first trial (never stopped early, at most the Trainer's default 3 epochs) and reported beside the winner: auto = transformers' Trainer defaults for the first candidate (full: lr 5e-5, batch 8, fp32, no warm-up, no weight decay, linear decay; lora/qlora: lr 2e-4, r 8, alpha 16); a mapping sets the recipe's fields (search.baseline.*: model, method, precision, learning_rate, effective_batch_size, warmup_ratio, weight_decay, lora_r, lora_alpha, and budget: trial, or equal to train it again for the export's seconds and print the gain at equal time); off = none.")
-    exploit: ExploitConfig = Field(default_factory=ExploitConfig, description="The rest of the time budget to the winner after the search (search.exploit.*).")
-    initial_points: list[dict[str, Any]] = Field(default_factory=list, description="Configurations tried first, after the baseline (e.g. your current recipe), so the search starts from them; unlisted dimensions are sampled. Empty: TPE tries the space's centre first (each range's middle, geometric for a log range; the middle batch size; the model listed first; the precision the probe measured fastest; the method sampled, unless the learning rate is per method: then the first method the baseline does not train, at its range's middle).")
-    min_relative_speed: float = Field(1 / 3, ge=0, lt=1, description="A precision or method whose measured training samples/s is below this fraction of the fastest combination's, for every candidate model, leaves the space with its reason (bf16 on a CPU without bf16 instructions); an initial point on it moves to the fastest value kept. 0 keeps everything.")
-    second_objective: Literal["none", "throughput"] = Field("none", description="A second objective Optuna samples for (multi-objective): throughput = the trial's training samples per second (train_samples_per_second_so_far, maximised); the Pareto front is reported. ASHA still stops on the metric alone.")
-    pick: Literal["best_metric", "fastest_within"] = Field("best_metric", description="Which trial's best checkpoint is exported: the best metric's, or the fastest trial whose best metric is within pick_tolerance of the best (needs second_objective).")
-    pick_tolerance: float = Field(0.01, ge=0, description="pick: fastest_within: how far (absolute, in the metric's units, inclusive) a trial's best metric may fall short of the best.")
+    baseline: Literal["auto", "off"] | BaselineRecipe = Field("auto", description=(
+        "The recipe a user would run without finesweep, trained as the sweep's first trial and reported beside the "
+        "winner. auto = Trainer defaults (full: lr 5e-5, batch 8, fp32; lora/qlora: lr 2e-4, r 8, alpha 16); a "
+        "mapping sets its fields (model, method, ..., budget); off = none."))
+    exploit: ExploitConfig = Field(default_factory=ExploitConfig, description=(
+        "The rest of the time budget to the winner after the search (search.exploit.*)."))
+    initial_points: list[dict[str, Any]] = Field(default_factory=list, description=(
+        "Configurations tried first, after the baseline (e.g. your current recipe); unlisted dimensions are sampled. "
+        "Empty: TPE tries the space's centre first (each range's middle, geometric for a log range; the middle batch "
+        "size; the first model; the precision the probe measured fastest)."))
+    min_relative_speed: float = Field(1 / 3, ge=0, lt=1, description=(
+        "A precision or method whose measured samples/s is below this fraction of the fastest combination's, for "
+        "every candidate model, leaves the space with its reason (bf16 on a CPU without bf16 instructions); an "
+        "initial point on it moves to the fastest value kept. 0 keeps everything."))
+    second_objective: Literal["none", "throughput"] = Field("none", description=(
+        "A second objective Optuna samples for (multi-objective): throughput = the trial's training samples per "
+        "second (train_samples_per_second_so_far, maximised); the Pareto front is reported. ASHA still stops on the "
+        "metric alone."))
+    pick: Literal["best_metric", "fastest_within"] = Field("best_metric", description=(
+        "Which trial's best checkpoint is exported: the best metric's, or the fastest trial whose best metric is "
+        "within pick_tolerance of the best (needs second_objective)."))
+    pick_tolerance: float = Field(0.01, ge=0, description=(
+        "pick: fastest_within: how far (absolute, in the metric's units, inclusive) a trial's best metric may fall "
+        "short of the best."))
 
     @model_validator(mode="before")
     @classmethod

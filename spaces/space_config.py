@@ -118,18 +118,35 @@ def _is_number(text: str) -> bool:
 class SpaceConfig(Section):
     """The search space. A list is a categorical choice; {low, high} a range; a plain value is fixed."""
 
-    learning_rate: LearningRateDim = Field(default_factory=_default_lr, description="Peak learning rate: a value, a range, or one of them per method ({full: {low: 1.0e-5, high: 2.0e-4, log: true}, lora: ...}; a method of the space left out takes its default range; the ranges on one scale). Unset = a log-uniform range by method (full: 1e-5..2e-4, around the Trainer's 5e-5 and BERT's 2e-5..5e-5; lora, qlora: 5e-5..1e-3, around QLoRA's and peft's 2e-4; sources in spaces/space_config.py); a space of full fine-tuning and adapters searches each method in its own.")
-    effective_batch_size: list[Annotated[int, Field(ge=1)]] = Field(list(CLASSIFIER_EFFECTIVE_BATCHES), min_length=1, description="Samples per optimizer step; the probe picks the micro-batch. Unset: [16, 32] for a classifier (BERT's fine-tuning batch sizes), [8, 16] for a causal LM (8: what TRL's SFTTrainer, LLaMA-Factory's and Axolotl's LoRA examples train with; sources in spaces/space_config.py).")
-    precision: list[Precision] = Field([Precision.fp32, Precision.bf16], min_length=1, description="Training precisions to try.")
+    learning_rate: LearningRateDim = Field(default_factory=_default_lr, description=(
+        "Peak learning rate: a value, a range, or one per method ({full: {low: 1.0e-5, high: 2.0e-4, log: true}, "
+        "lora: ...}; a method left out takes its default; ranges on one scale). Unset = log-uniform by method: full "
+        "1e-5..2e-4, lora and qlora 5e-5..1e-3, each method in its own range."))
+    effective_batch_size: list[Annotated[int, Field(ge=1)]] = Field(
+        list(CLASSIFIER_EFFECTIVE_BATCHES), min_length=1, description=(
+        "Samples per optimizer step (a list to search); the probe picks the micro-batch and the gradient accumulation "
+        "that make it up. Unset: [16, 32] for a classifier, [8, 16] for a causal LM."))
+    precision: list[Precision] = Field([Precision.fp32, Precision.bf16], min_length=1, description=(
+        "Training precisions to try."))
     model: list[str] | None = Field(None, description="Candidate names to try; unset = every entry of `models`.")
-    method: list[Method] = Field([Method.full], min_length=1, description="full fine-tuning, lora, and/or qlora (LoRA on the base loaded in 4-bit NF4 with double quantization, computing in the trial's precision; bitsandbytes).")
-    lora_r: list[Annotated[int, Field(ge=1)]] = Field([8, 16], min_length=1, description="LoRA rank (only sampled for lora and qlora).")
-    lora_alpha: list[Annotated[int, Field(ge=1)]] = Field([16, 32], min_length=1, description="LoRA alpha (only sampled for lora and qlora).")
+    method: list[Method] = Field([Method.full], min_length=1, description=(
+        "full fine-tuning, lora, and/or qlora (LoRA on the base loaded in 4-bit NF4 with double quantization, "
+        "computing in the trial's precision; bitsandbytes)."))
+    lora_r: list[Annotated[int, Field(ge=1)]] = Field([8, 16], min_length=1, description=(
+        "LoRA rank (only sampled for lora and qlora)."))
+    lora_alpha: list[Annotated[int, Field(ge=1)]] = Field([16, 32], min_length=1, description=(
+        "LoRA alpha (only sampled for lora and qlora)."))
     lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
     warmup_ratio: FloatDim = Field(0.06, description="Fraction of max_steps spent warming up.")
     weight_decay: FloatDim = Field(0.01, description="AdamW weight decay.")
-    freeze_embeddings: bool = Field(True, description="A classifier's full fine-tuning leaves the word embeddings as the checkpoint has them (no gradient, no optimizer state: all-MiniLM-L6-v2's are 11.7M of its 22.7M weights): 1.13x to 1.29x faster steps on a 2-core CPU, 10% less memory, the same test accuracy in five paired runs (benchmarks/README.md). A causal LM trains them (a chat template's new tokens must learn), and so does the baseline (transformers' defaults train them); LoRA keeps its whole base frozen anyway. false: they train.")
-    dropout: FloatDim | Literal["auto"] | None = Field("auto", description="Every dropout rate of the model (hidden, attention, classifier head: its config's fields, whatever the architecture names them): a value, a searched range, `checkpoint` (the checkpoint's own: 0.1 for BERT-family encoders) or auto: 0 where one model trains at most 2 passes over the training split (the budget's passes, but no more than a trial makes or search.exploit.max_epochs lets the winner train), the checkpoint's own beyond (a short fine-tune under-fits, and dropout slows both its steps and its learning: measured on two tweet slices with all-MiniLM-L6-v2, 0.45 and 0.8 points more after one epoch, 1.15x faster steps; benchmarks/README.md). The baseline keeps the checkpoint's.")
+    freeze_embeddings: bool = Field(True, description=(
+        "A classifier's full fine-tuning keeps the word embeddings as the checkpoint has them (no gradient, no "
+        "optimizer state). A causal LM and the baseline train them; LoRA freezes its whole base anyway. false: they "
+        "train."))
+    dropout: FloatDim | Literal["auto"] | None = Field("auto", description=(
+        "Every dropout rate of the model (hidden, attention, head): a value, a range, `checkpoint` (its own, 0.1 for "
+        "BERT encoders) or auto: 0 where one model trains at most 2 passes over the training split (within a trial's "
+        "and search.exploit.max_epochs), else the checkpoint's. The baseline keeps its own."))
 
     @model_validator(mode="before")
     @classmethod
