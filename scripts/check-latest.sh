@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Meet the next release before users do: build a throw-away environment (.venv-latest) with the newest releases
 # that pyproject.toml's ranges allow, run the default test suite in it, and print which packages moved from
-# requirements-lock.txt and which tests broke. A red result is a note for the next session, not a failed CI.
+# requirements-lock.txt and which tests broke. A red result is a note for the maintainers, not a failed CI.
 #   bash scripts/check-latest.sh                     the newest releases within the ranges
 #   bash scripts/check-latest.sh --lift-caps         also past finesweep's upper bounds (the releases a cap keeps out)
 #   bash scripts/check-latest.sh -- tests/trainer    pytest arguments after --: a part of the suite

@@ -18,7 +18,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray started i
 # continuation ends by its budget) measure the other test's load, not the sweep's. Equal terms for both workers.
 os.environ.setdefault("RAY_worker_niceness", "0")
 # The machine cache (dequantized GGUF copies) of this session, never the user's ~/.cache/finesweep; removed at the
-# session's end (171 of them had piled up in /tmp).
+# session's end (they would pile up in /tmp).
 if "FINESWEEP_CACHE" not in os.environ:
     os.environ["FINESWEEP_CACHE"] = tempfile.mkdtemp(prefix="finesweep-test-cache-")
     atexit.register(shutil.rmtree, os.environ["FINESWEEP_CACHE"], ignore_errors=True)

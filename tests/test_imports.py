@@ -1,6 +1,6 @@
-"""The import graph stays what DESIGN.md says: finesweep's modules import each other at the top, without a cycle; an
+"""The import graph stays layered: finesweep's modules import each other at the top, without a cycle; an
 import inside a function guards a heavy or optional library (the rest of finesweep loads without it); training
-imports nothing from the export's serving wing. Read from the sources (ast), nothing imported."""
+imports nothing from the export's serving package. Read from the sources (ast), nothing imported."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ROOMS = ("search", "spaces", "trainer")
+PACKAGES = ("search", "spaces", "trainer")
 # What a function-level import may put off: libraries that take seconds to import or may not be installed.
 HEAVY = {"torch", "transformers", "ray", "mlflow", "bitsandbytes", "onnxruntime", "onnx", "onnxscript", "torchao",
          "peft", "datasets", "optuna", "accelerate", "deepspeed", "llama_cpp", "gguf", "matplotlib"}
@@ -24,7 +24,7 @@ def _module_name(path: Path) -> str:
     return ".".join(["finesweep", *(parts[:-1] if parts[-1] == "__init__" else parts)])
 
 
-MODULES = {_module_name(path): path for room in ROOMS for path in sorted((REPO / room).rglob("*.py"))}
+MODULES = {_module_name(path): path for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))}
 
 
 def _is_type_checking(node: ast.AST) -> bool:
@@ -132,17 +132,18 @@ def test_an_import_inside_a_function_guards_a_heavy_library():
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("finesweep.trainer.")
                                           and not m.startswith("finesweep.trainer.serving")))
-def test_training_imports_nothing_from_the_serving_wing(module):
+def test_training_imports_nothing_from_the_serving_package(module):
     imported = set(top_level_imports(module)) | {name for owner, _, node in function_level_imports() if owner == module
                                                  for name in _imported(node)}
     assert not {name for name in imported if name.startswith("finesweep.trainer.serving")}
 
 
-def test_tests_mirror_the_rooms():
-    """tests/<package>/<room>/ holds the tests of <package>/<room>/: a test folder without its room is a stale one."""
+def test_tests_mirror_the_subpackages():
+    """tests/<package>/<subpackage>/ holds the tests of <package>/<subpackage>/: a test folder without its subpackage
+    is a stale one."""
     folders = [path.parent for path in (REPO / "tests").glob("*/*/__init__.py")]
-    assert folders, "tests/ has rooms"
+    assert folders, "tests/ has subpackage folders"
     for folder in folders:
-        room = REPO / folder.relative_to(REPO / "tests")
-        assert (room / "__init__.py").is_file(), f"{folder.relative_to(REPO)}: no package {room.relative_to(REPO)}"
+        source = REPO / folder.relative_to(REPO / "tests")
+        assert (source / "__init__.py").is_file(), f"{folder.relative_to(REPO)}: no package {source.relative_to(REPO)}"
 

@@ -1,6 +1,6 @@
-"""A non-editable install carries every module: pyproject.toml lists the packages by hand (the three rooms are mapped
-under `finesweep`), so a new subpackage left out of the list works in the editable set-up and is missing from a wheel
-(`finesweep.trainer.serving` was: `predict` and the export failed after `pip install .`)."""
+"""A non-editable install carries every module: pyproject.toml lists the packages by hand (the three top-level folders
+are mapped under `finesweep`), so a new subpackage left out of the list works in the editable set-up and is missing
+from a wheel (without `finesweep.trainer.serving`, `predict` and the export fail after `pip install .`)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = {"spaces": "finesweep/spaces", "search": "finesweep/search", "trainer": "finesweep/trainer"}
+PACKAGES = {"spaces": "finesweep/spaces", "search": "finesweep/search", "trainer": "finesweep/trainer"}
 
 
 def _source_modules() -> set[str]:
-    """Every module of the rooms, as the wheel names it."""
+    """Every module of the three packages, as the wheel names it."""
     found = set()
-    for room, package in ROOMS.items():
-        for path in (ROOT / room).rglob("*.py"):
+    for source, package in PACKAGES.items():
+        for path in (ROOT / source).rglob("*.py"):
             if "__pycache__" not in path.parts:
-                found.add(f"{package}/{path.relative_to(ROOT / room).as_posix()}")
+                found.add(f"{package}/{path.relative_to(ROOT / source).as_posix()}")
     return found
 
 
@@ -29,12 +29,12 @@ def _clean_copy(folder: Path) -> Path:
     folder.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, folder / name)
-    for room in ROOMS:
-        shutil.copytree(ROOT / room, folder / room, ignore=shutil.ignore_patterns("__pycache__"))
+    for source in PACKAGES:
+        shutil.copytree(ROOT / source, folder / source, ignore=shutil.ignore_patterns("__pycache__"))
     return folder
 
 
-def test_the_wheel_holds_every_module_of_the_three_rooms(tmp_path):
+def test_the_wheel_holds_every_module_of_the_three_packages(tmp_path):
     source = _clean_copy(tmp_path / "source")
     # --no-build-isolation: the locked setuptools of the test environment, nothing fetched.
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",

@@ -1,6 +1,6 @@
 """The probe's speeds steer the space: a precision or method that trains far slower than the alternatives on this
 machine leaves the space with its reason, as fp16 does on a CPU. bf16 is 1.6x faster than fp32 on a CPU with
-AVX-512 bf16 instructions and 7x slower on one without (FACTS.md): the rule follows the measurement, never the
+AVX-512 bf16 instructions and 7x slower on one without: the rule follows the measurement, never the
 machine's name."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Module paths of finesweep objects that sweeps started before the house move (search/ in rooms) saved in their
+"""Module paths of finesweep objects that sweeps started before search/ was split into subpackages saved in their
 Tune experiment, and where those objects live now.
 
 Tune pickles the Tuner's callbacks, stopper and searcher (with its Optuna sampler) when a sweep starts, and reads them

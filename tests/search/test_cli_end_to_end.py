@@ -48,7 +48,7 @@ def test_the_parent_run_has_the_project_commit_the_plots_and_the_data_story(fini
     assert parent.data.tags["finesweep.version.transformers"] and parent.data.params["search.metric"] == "eval_loss"
     artifacts = {a.path for a in client.list_artifacts(state["parent_run_id"])}
     assert {"data_report.json", "probe.json", "sweep.json", "hardware.json", "plots", "export"} <= artifacts
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # the GPU lease's machine trains on its GPU
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # a GPU machine trains on its GPU
     assert parent.data.tags["finesweep.device"].startswith(f"1 x {device}")
     plots = {a.path for a in client.list_artifacts(state["parent_run_id"], "plots")}
     assert {"plots/optimization_history.png", "plots/parallel_coordinate.png", "plots/param_importances.png",

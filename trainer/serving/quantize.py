@@ -46,7 +46,7 @@ def quantize(full_dir: Path, method: Quantization, out_dir: Path, task: Task) ->
         return gguf_export.export_gguf(full_dir, method, out_dir)
     model = load_quantized(full_dir, method, task)
     # Save before any forward pass: on an AVX-512 bf16 CPU the first 4-bit forward repacks the weights in place,
-    # and a folder saved after it reloads degraded (FACTS.md).
+    # and a folder saved after it reloads degraded.
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     copy_tokenizer(full_dir, out_dir)

@@ -25,7 +25,7 @@ def _table(speeds: dict[tuple[str, str, str], float]) -> dict[str, ProbeResult]:
 
 
 def test_bf16_seven_times_slower_for_every_model_leaves_the_space():
-    # As measured on an AVX2 CPU without bf16 instructions (FACTS.md): minilm-l6 5.8 vs 0.8, minilm-l3 11.2 vs 1.5.
+    # As measured on an AVX2 CPU without bf16 instructions: minilm-l6 5.8 vs 0.8, minilm-l3 11.2 vs 1.5.
     probes = _table({("l6", "fp32", "full"): 5.8, ("l6", "bf16", "full"): 0.8,
                      ("l3", "fp32", "full"): 11.2, ("l3", "bf16", "full"): 1.5})
     removals = slow_values(probes, 1 / 3)

@@ -13,7 +13,7 @@ from finesweep.search.selection.best import Best
 from finesweep.search.selection.equal_samples import History, Paired, choose_model, footing, paired
 from finesweep.search.tuning import exploit
 
-# The plain file's trials on the second tweets slice (eleventh session): (samples, validation accuracy).
+# The plain file's trials on the second tweets slice: (samples, validation accuracy).
 DEEP = History("277f63be", "minilm-6", ((632, 0.66), (1264, 0.677)))
 SHALLOW = History("5bc54160", "minilm-3", ((1712, 0.573), (3424, 0.694)))
 

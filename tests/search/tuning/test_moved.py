@@ -1,5 +1,5 @@
-"""A sweep started before finesweep's modules moved into rooms (search/tune.py -> search/tuning/..., and so on) still
-resumes: its Tune experiment names the old module paths, as the finesweep that started it wrote them."""
+"""A sweep started before finesweep's modules moved into subpackages (search/tune.py -> search/tuning/..., and so on)
+still resumes: its Tune experiment names the old module paths, as the finesweep that started it wrote them."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def _rewrite_with_old_paths(experiment: Path) -> list[Path]:
 
 def test_the_old_paths_hand_out_the_objects_from_their_new_homes():
     install_old_module_paths()
-    from finesweep.trainer.predict import predict  # the serving wing's old path
+    from finesweep.trainer.predict import predict  # trainer/serving's old path
     from finesweep.search.tune import make_tuner  # search/'s old flat module
 
     assert predict.__module__ == "finesweep.trainer.serving.predict"

@@ -101,7 +101,7 @@ def test_an_unfinished_trial_is_given_its_most_trained_whole_checkpoint_for_when
 
 def test_state_files_a_crash_cut_short_are_set_aside_for_an_older_copy_or_none_where_tune_does_without(tmp_path):
     """Tune copies its state files into the experiment folder non-atomically; restoring from a cut one it starts the
-    experiment again. The second session's experiment state is cut: the first session's is read. The continuation's
+    experiment again. The second driver session's experiment state is cut: the first one's is read. The continuation's
     variant generator state (its only copy) is cut: Tune resumes without it. The search's searcher state (its only
     copy) is cut: nothing to fall back on, it is left (and logged)."""
     import pickle

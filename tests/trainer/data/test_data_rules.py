@@ -1,4 +1,4 @@
-"""trainer.data, issue 3: normalised cleaning rules, pre-split input, leakage, too-long rows, tokenizer checks, report."""
+"""trainer.data: normalised cleaning rules, pre-split input, leakage, too-long rows, tokenizer checks, report."""
 
 from __future__ import annotations
 
