@@ -84,11 +84,10 @@ def export_best(
     """Write out_dir/{model, model-<method>..., [adapter], metrics.json, sweep.json, README.md}; return metrics
     and warnings. A LoRA winner is exported merged (`model`) and also as the adapter alone (`adapter`).
 
-    `baseline` (the baseline trial's best evaluation, as `best`, with the sweep's comparison inputs:
-    sweep.comparison_inputs, and the equal-time run's record where it ran): its checkpoint measured on the test split
-    as the full model is, and compared with it (selection/baseline.compare); `search_warnings` (a winner on the edge of the
-    space) join the export's warnings, on the console and in the card; `chat_format` (causal_lm, from the data
-    report) names the columns the card says the data came from. A variant that cannot be made is left out
+    `baseline` (the baseline trial's best evaluation, as `best`, with sweep.comparison_inputs): its checkpoint, or the
+    equal-time run's, scored on the test split as the full model is and compared (selection/baseline.compare);
+    `search_warnings` (a winner on the edge of the space) join the export's warnings; `chat_format` (causal_lm) names
+    the columns the card says the data came from. A variant that cannot be made is left out
     (`ExportResult.not_made`), its traceback logged for `log_file`.
     `label_names` is only needed for a LoRA checkpoint whose folder holds no config with id2label and whose test
     split has no ClassLabel feature (the base model's head is rebuilt from them before the adapter is merged).
@@ -153,9 +152,9 @@ def _against_baseline(config: SweepConfig, baseline: dict, best: dict, winner: t
                       test_split: Any, collate: Callable, label_names: list[str] | None, samples: int,
                       tokenizer_dir: Path) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """The baseline's checkpoint (the equal-time run's where it evaluated, else the baseline trial's best) saved as
-    the full model is (LoRA merged) and evaluated on the test split by the same code, with greedy answers to the same `samples` test prompts (a causal LM); the winner's own numbers
-    where the baseline won. `winner`: the full model's test metrics and RowScores, the gain's interval paired with the
-    baseline's rows. A causal LM's untuned base model too, its answers decoded by `tokenizer_dir`'s tokenizer (the
+    the full model is (LoRA merged) and evaluated on the test split by the same code, with greedy answers to the same
+    `samples` test prompts (a causal LM); the winner's own numbers where it is the export. `winner`: the full model's
+    test metrics and RowScores, the difference's interval paired with the baseline's rows. A causal LM's untuned base model too, its answers decoded by `tokenizer_dir`'s tokenizer (the
     export's). Returns the comparison and the untuned model's answers (none for a classifier)."""
     task = Task(config.data.task)
     winner_metrics, winner_rows = winner

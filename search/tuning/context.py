@@ -19,7 +19,7 @@ from finesweep.trainer.trial import TrialPlan, plan_batches
 
 # In a continuation's config (search/tuning/exploit.py): its source is the baseline trial, whose word embeddings train.
 CONTINUES_BASELINE_KEY = "continues_baseline"
-# In the equal-time run's config (search/tuning/equal_time.py): the baseline recipe trained again, as the trial trained it.
+# In the equal-time run's config (search/tuning/equal_time.py): the baseline recipe trained again, as its trial was.
 EQUAL_TIME_KEY = "equal_time_baseline"
 
 
