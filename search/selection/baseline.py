@@ -158,7 +158,18 @@ def _recipe_sentence(baseline_trial: dict[str, Any], best: dict[str, Any], recip
     base = _trained(recipe["baseline_samples"], recipe["baseline_seconds"])
     return (f"What the search found (the recipe effect, on validation at equal {recipe['footing']}): {metric} "
             f"{recipe['tuned']:.4g} for the tuned recipe ({tuned}) against {recipe['baseline']:.4g} for the baseline "
-            f"recipe ({base}), {recipe['difference']:+.2f} {unit}{spread}: {verdict}.")
+            f"recipe ({base}), {recipe['difference']:+.2f} {unit}{spread}: {verdict}"
+            f"{_early(recipe, baseline_trial) if verdict.endswith('leads') else ''}.")
+
+
+def _early(recipe: dict[str, Any], baseline_trial: dict[str, Any]) -> str:
+    """Where the pairing saw a small part of the export's training: a lead early in training may shrink as both
+    recipes train on, and only the equal-time baseline measures the end."""
+    export = (baseline_trial.get("arms") or {}).get("export") or {}
+    if baseline_trial.get("equal_time") or not export.get("samples") or export["samples"] < 2 * recipe["tuned_samples"]:
+        return ""
+    return (f", after {recipe['tuned_samples'] / export['samples']:.0%} of the export's training samples: a lead this "
+            "early may shrink as both train on (search.baseline.budget: equal measures the end)")
 
 
 def _verdict(difference: float, higher_is_better: bool, interval, tuned: str, baseline: str) -> str:

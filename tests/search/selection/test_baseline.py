@@ -166,13 +166,16 @@ def test_the_recipe_effect_and_the_training_effect_are_told_apart_with_what_trai
         "eval_accuracy 0.702 after 2,400 samples, 148 s to 0.79 after 11,808 samples, 390 s, +8.80 points.")
     clear = compare(Task.classification, {"accuracy": 0.794}, {"accuracy": 0.6865}, BEST,
                     {**BASE, "validation_rows": 1_000_000})
-    assert clear["sentences"][0].endswith(": the tuned recipe leads.")
+    assert ": the tuned recipe leads, after 20% of the export's" in clear["sentences"][0]
+    late = compare(Task.classification, {"accuracy": 0.794}, {"accuracy": 0.6865}, BEST,
+                   {**BASE, "arms": {**ARMS, "export": {"samples": 4000, "seconds": 150.0}}})
+    assert "export's training samples" not in late["sentences"][0], "paired over half the export's training"
     losses = {**PAIRED, "tuned": 0.9, "baseline": 1.0, "footing": "samples"}
     by_loss = compare(Task.causal_lm, {"perplexity": 9.0}, {"perplexity": 10.0}, {**BEST, "metric": "eval_loss",
                       "value": 0.8}, {**BASE, "metric": "eval_loss", "mode": "min", "recipe_effect": losses})
     assert by_loss["recipe_effect"]["difference"] == -10.0 and by_loss["recipe_effect"]["interval"] is None
     assert "eval_loss 0.9 for the tuned recipe" in by_loss["sentences"][0]
-    assert by_loss["sentences"][0].endswith("-10.00 %: the tuned recipe leads.")
+    assert "-10.00 %: the tuned recipe leads, after 20%" in by_loss["sentences"][0]
     tied = compare(Task.classification, {"accuracy": 0.7755}, {"accuracy": 0.699}, BEST,
                    {**BASE, "recipe_effect": {**PAIRED, "tuned": 0.712, "baseline": 0.712, "tuned_leads": False}})
     assert tied["sentences"][0].endswith("+0.00 points; 95% interval " + tied["sentences"][0].split("interval ")[1]
