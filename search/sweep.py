@@ -234,7 +234,10 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
         session.comparison = comparison_inputs(session, results, best, baseline)
         # The search's whole wall time beside the arms' (a resumed search's clock here is not its own).
         session.comparison["search_seconds"] = None if resume else session.clock.phases.get("search")
-        if config.search.baseline_budget == "equal":
+        own_checkpoint = (best.trial_id, best.step) == (baseline.trial_id, baseline.step)
+        if config.search.baseline_budget == "equal" and own_checkpoint:
+            session.console.step("The baseline recipe is not trained again: the export is its own checkpoint")
+        elif config.search.baseline_budget == "equal":
             _train_baseline_again(session, setup, results, baseline, resume)
     return best, baseline
 
