@@ -209,7 +209,7 @@ def _test_sentence(footing: str, test: dict[str, Any], baseline_trial: dict[str,
         whole = f"; the search took {searched:.0f} s in all, trials and further training" if searched else ""
         return (f"The gain at equal time: the baseline recipe trained again from step 0 for "
                 f"{baseline_trial['equal_time']['seconds']:.0f} s (its best evaluation, the checkpoint scored, after "
-                f"{_samples(base)}), as long as the export's runs trained "
+                f"{_trained(base.get('samples'), None)}), as long as the export's runs trained "
                 f"({_trained(export.get('samples'), export.get('seconds'))}{whole}): test {name} "
                 f"{test['winner']:.4g} against {test['baseline']:.4g}, {test['difference']:+.2f} {unit}{spread}: "
                 f"{verdict}.")
@@ -239,10 +239,6 @@ def _trained(samples: int | None, seconds: float | None) -> str:
     parts = [f"{samples:,} samples"] if samples else []
     parts += [f"{seconds:.0f} s"] if seconds else []
     return ", ".join(parts) or "training unknown"
-
-
-def _samples(arm: dict[str, Any]) -> str:
-    return f"{arm['samples']:,} samples" if arm.get("samples") else "samples unknown"
 
 
 def _answers(untuned: dict[str, float], winner: dict[str, float]) -> str:
