@@ -11,6 +11,7 @@ and the child's peak resident memory (ru_maxrss from wait4), and finesweep / pan
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -19,6 +20,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+# The result file's name and the machine facts every benchmark records (benchmarks/naming.py).
+_spec = importlib.util.spec_from_file_location("naming", Path(__file__).resolve().parents[1] / "naming.py")
+naming = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(naming)
 
 WORDS = ("flight delayed again love this great service awful customer support thanks so much never flying "
          "with you worst day ever happy new year the crew was amazing lost my bag seat was fine gate changed "
@@ -116,6 +122,11 @@ def main() -> None:
               f"{args.rows / r['wall_seconds']:,.0f} | {r['peak_mib']:.0f} |")
     f, p = results["finesweep"], results["pandas"]
     print(f"finesweep / pandas: time {f['wall_seconds'] / p['wall_seconds']:.2f}x, peak memory {f['peak_mib'] / p['peak_mib']:.2f}x")
+    recorded = naming.facts()
+    out = naming.result_path(Path(__file__).parent, "data", f"tweets-{args.rows}", recorded)
+    out.write_text(json.dumps({"benchmark": "data", "command": f"python benchmarks/data/run.py --rows {args.rows}",
+                               **recorded, "rows": args.rows, "results": results}, indent=1) + "\n")
+    print(f"result: {out}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ after which the compile's cost is paid back.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -19,8 +20,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from run import MODEL
+
+# The result file's name and the machine facts every benchmark records (benchmarks/naming.py).
+_spec = importlib.util.spec_from_file_location("naming", Path(__file__).resolve().parents[1] / "naming.py")
+naming = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(naming)
 
 LENGTHS = [32, 40, 48, 40, 32, 56, 40, 48]  # tokens per batch: the spread of length-grouped tweet batches
 WARM_STEPS = 4
@@ -97,6 +104,11 @@ def main() -> None:
                     rows.append(run_child(mode, precision, batch, threads))
                     print(json.dumps(rows[-1]), flush=True)
     report(rows)
+    recorded = naming.facts()
+    out = naming.result_path(Path(__file__).parent, "compile-step", "minilm-l6", recorded)
+    out.write_text(json.dumps({"benchmark": "compile-step", "command": "python benchmarks/versus-defaults/compile_step.py",
+                               **recorded, "rows": rows}, indent=1) + "\n")
+    print(f"result: {out}")
 
 
 if __name__ == "__main__":
