@@ -18,10 +18,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def cpu() -> str:
-    """The CPU's model and its AVX-512 flags, or "AVX2 only"."""
+    """The CPU's model and its AVX-512 and AMX flags, or "AVX2 only"."""
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout if shutil.which("lscpu") else ""
     model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), "?")
-    flags = " ".join(sorted(set(re.findall(r"avx512[a-z_0-9]*", lscpu)))) or "AVX2 only"
+    flags = " ".join(sorted(set(re.findall(r"avx512[a-z_0-9]*|amx[a-z_0-9]*", lscpu)))) or "AVX2 only"
     return f"{model}; {flags}"
 
 

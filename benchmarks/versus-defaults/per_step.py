@@ -18,7 +18,10 @@ Prints one JSON line: the settings, the steps, the test (and validation) accurac
 from __future__ import annotations
 
 import argparse
+import fcntl
+import importlib.util
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -31,6 +34,11 @@ from transformers import AutoModel, AutoTokenizer
 from defaults_trainer import read_split
 from finesweep.trainer.mean_pooling import masked_mean
 from run import package_folder
+
+# The result file's name and the machine facts every benchmark records (benchmarks/naming.py).
+_spec = importlib.util.spec_from_file_location("naming", Path(__file__).resolve().parents[1] / "naming.py")
+naming = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(naming)
 
 BATCH, LEARNING_RATE, MAX_SEQ_LEN, EVAL_BATCH = 8, 5e-5, 64, 64
 SPLITS, LOGITS = ("test", "validation"), "logits."  # a --save file's logits: logits.test, logits.validation
@@ -145,7 +153,23 @@ def main() -> None:
     if args.save:
         save_run(args.save, both, logits, args.data_dir)
     settings = {name: str(value) if isinstance(value, Path) else value for name, value in vars(args).items()}
-    print(json.dumps({**settings, "steps": steps, **probe, **scores, "train_seconds": round(seconds, 1)}))
+    row = {**settings, "steps": steps, **probe, **scores, "train_seconds": round(seconds, 1)}
+    print(json.dumps(row))
+    record(row, args.data_dir)
+
+
+def record(row: dict, data_dir: Path) -> None:
+    """Append the run to per-step-<data>-<cpu kind>-<date>-<commit>.json beside this script; two runs at once take
+    turns on a lock of the folder."""
+    recorded = naming.facts()
+    out = naming.result_path(Path(__file__).parent, "per-step", data_dir.parent.name, recorded)
+    folder = os.open(out.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        runs = json.loads(out.read_text())["runs"] if out.exists() else []
+        out.write_text(json.dumps({"benchmark": "per-step", **recorded, "runs": runs + [row]}, indent=1) + "\n")
+    finally:
+        os.close(folder)
 
 
 def save_run(path: Path, model: torch.nn.ModuleDict, logits, data_dir: Path) -> None:
