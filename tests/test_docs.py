@@ -210,3 +210,13 @@ def test_the_tracked_file_names_speak_of_the_product_only():
     tracked, _ = _repository()
     flagged = [f"{path}: {finding.split(': ', 1)[1]}" for path in tracked for finding in findings(path)]
     assert not flagged, "\n".join(flagged)
+
+
+# The pages a user reads to judge the product: one screen of answers, and one section per benchmark.
+PAGE_LIMITS = {"docs/benchmarks.md": 120, "benchmarks/README.md": 400}
+
+
+@pytest.mark.parametrize("page", sorted(PAGE_LIMITS))
+def test_the_benchmark_pages_stay_within_their_length(page):
+    lines = len((ROOT / page).read_text(encoding="utf-8").splitlines())
+    assert lines <= PAGE_LIMITS[page], f"{page} has {lines} lines, more than {PAGE_LIMITS[page]}: say less, or link"
