@@ -4,9 +4,7 @@ its baseline alone and ended "the search found nothing better", having compared 
 
 from __future__ import annotations
 
-from typing import Callable
-
-from finesweep.search.probe.plan import SearchPlan
+from finesweep.search.budget.plan import PlanInputs, SearchPlan, search_plan
 from finesweep.spaces import SweepConfig
 
 # The search budgets tried for a second trial: the planned one times GROWTH, GROWTH^2, ... up to MAX_FACTOR. The plan
@@ -14,8 +12,7 @@ from finesweep.spaces import SweepConfig
 GROWTH, MAX_FACTOR = 1.1, 16.0
 
 
-def one_trial_warning(config: SweepConfig, plan_for: Callable[[SweepConfig], SearchPlan | None],
-                      plan: SearchPlan) -> str | None:
+def one_trial_warning(config: SweepConfig, inputs: PlanInputs, plan: SearchPlan) -> str | None:
     """The warning for a time-budgeted plan that starts one trial where the file asks for more (None otherwise):
     what that one trial is, and about how many more seconds of search budget a second trial needs, found by
     planning the same sweep at growing budgets."""
@@ -29,7 +26,7 @@ def one_trial_warning(config: SweepConfig, plan_for: Callable[[SweepConfig], Sea
     while needed is None and minutes < MAX_FACTOR * search.time_budget_minutes:
         minutes *= GROWTH
         larger = config.model_copy(update={"search": search.model_copy(update={"time_budget_minutes": minutes})})
-        if (replanned := plan_for(larger)) is not None and replanned.num_trials >= 2:
+        if search_plan(larger, inputs).num_trials >= 2:
             needed = minutes
     more = (f"About {(needed - search.time_budget_minutes) * 60:.0f} s more for the search (search.time_budget_minutes "
             f"{needed:.3g}, or a time limit that much longer) pays for a second trial"

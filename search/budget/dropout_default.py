@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from finesweep.search.probe.exploit_share import budget_passes
+from finesweep.search.budget.winner import budget_passes
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.space_config import AUTO_DROPOUT
 
 if TYPE_CHECKING:
-    from finesweep.search.probe.plan import CombinationTimes
+    from finesweep.search.budget.plan import CombinationTimes
 
 # Passes over the training split up to which auto trains without dropout (the measured one and two epochs).
 NO_DROPOUT_MAX_PASSES = 2.0

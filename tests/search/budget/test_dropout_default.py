@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from finesweep.search.probe import plan as planning
-from finesweep.search.probe.dropout_default import NO_DROPOUT_MAX_PASSES, planned_passes, resolve_dropout
+from finesweep.search.budget import plan as planning
+from finesweep.search.budget.dropout_default import NO_DROPOUT_MAX_PASSES, planned_passes, resolve_dropout
 from finesweep.spaces import SweepConfig
-from tests.search.probe.test_plan import probe
+from tests.search.budget.test_plan import probe
 
 
 def _config(space: dict | None = None, **search) -> SweepConfig:

@@ -1,17 +1,71 @@
-"""search.exploit.share auto: how much of a time budget the search's winner trains further, from the passes over
-the training split the budget pays for at the probe's measured speed. Pure: no model, no Ray."""
+"""How much of a time budget the search's winner trains further (search.exploit.share), decided in one place:
+`winner_share` applies the rules below in order, each of which may only lower the share the one before gave.
+Pure: no model, no Ray."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
+from finesweep.search.budget.cadence import planned_cadence
+from finesweep.search.budget.schedule import fewest_trial_samples
 from finesweep.spaces.search_config import AUTO_MAX_PASSES, AUTO_MIN_PASSES, AUTO_MIN_SAMPLES, AUTO_SHARE_UNPLANNED
 from finesweep.spaces.sections import Task
 
 if TYPE_CHECKING:
-    from finesweep.search.probe.plan import CombinationTimes
+    from finesweep.search.budget.plan import CombinationTimes
+    from finesweep.search.budget.schedule import Schedule
     from finesweep.spaces.search_config import SearchConfig
+
+@dataclass(frozen=True)
+class Split:
+    """The search's budget split between the trials and the winner: the settings with the share and the trials'
+    cadence decided, the trials' schedule in their part, and the words for each decision."""
+
+    search: SearchConfig
+    schedule: Schedule  # at the decided share
+    samples_per_evaluation: dict[str, int]
+    cadence_notes: list[str]
+    share_words: str  # appended to the budget split's sentence ("" where the share stands as written)
+    spared_note: str  # the share given back to the trials whole ("" where it was not)
+
+
+def winner_share(search: SearchConfig, combinations: list[CombinationTimes], train_rows: int, task: Task,
+                 smallest_batch: int, trials_schedule: Callable) -> Split:
+    """The winner's share of the time budget, in order: the file's share, or auto's from the passes the budget pays
+    for (auto_share); the trials' cadence at that share (cadence.planned_cadence); lowered so that a trial
+    of the slowest candidate starts and evaluates once (leaving_a_first_evaluation); with the trials' schedule at
+    that share (`trials_schedule`: schedule.trials_schedule for this space and concurrency), none where every trial already makes the winner's passes
+    (sparing_a_capped_winner), else lowered to what the winner's passes need (sizing_a_capped_winner); the
+    trials' schedule again where the share fell. Without a time budget the share is the file's (or auto's fixed
+    fallback) and takes no seconds."""
+    words = ""
+    budget = search.time_budget_minutes
+    if search.exploit.share == "auto" and budget:
+        share, words = auto_share(combinations, budget * 60, train_rows)
+        search = _with_share(search, share)
+    search, cadence_notes = planned_cadence(search, combinations, max(c.start_seconds for c in combinations))
+    if budget:
+        first = max(c.start_seconds + c.period_seconds(search.eval_every_steps) for c in combinations)
+        search, lowered = leaving_a_first_evaluation(search, first)
+        words += lowered
+    schedule, per_evaluation = trials_schedule(search)
+    fewest = fewest_trial_samples(schedule, per_evaluation, search.eval_every_steps, smallest_batch)
+    search, spared = sparing_a_capped_winner(search, fewest, train_rows, task)
+    sized = ""
+    if not spared:
+        slowest = min(combinations, key=lambda c: c.samples_per_second)
+        search, sized = sizing_a_capped_winner(search, fewest, train_rows, slowest, task)
+        words += sized
+    if spared or sized:  # the trials' part grew: longer trials, perhaps more of them
+        schedule, per_evaluation = trials_schedule(search)
+    return Split(search, schedule, per_evaluation, cadence_notes, words, spared)
+
+
+def _with_share(search: SearchConfig, share: float) -> SearchConfig:
+    return search.model_copy(update={"exploit": search.exploit.model_copy(update={"share": share})})
+
 
 # The winner's share at few and at many passes over the training split.
 AUTO_SHARE_FEW_PASSES, AUTO_SHARE_MANY_PASSES = 0.75, AUTO_SHARE_UNPLANNED
@@ -66,7 +120,7 @@ def leaving_a_first_evaluation(search: SearchConfig, first_evaluation_seconds: f
     if budget * (1 - share) >= needed or share <= 0:
         return search, ""
     lowered = max(0.0, math.floor(100 * (1 - needed / budget)) / 100)
-    return (search.model_copy(update={"exploit": search.exploit.model_copy(update={"share": lowered})}),
+    return (_with_share(search, lowered),
             f"; lowered from {share:.2f} so that a trial of the slowest candidate starts and evaluates once "
             f"({needed:.0f} s)")
 
@@ -85,7 +139,7 @@ def sparing_a_capped_winner(search: SearchConfig, fewest_trial_samples: int, tra
     passes = fewest_trial_samples / train_rows
     if passes < epochs:
         return search, ""
-    return (search.model_copy(update={"exploit": search.exploit.model_copy(update={"share": 0.0})}),
+    return (_with_share(search, 0.0),
             f"search.exploit.share {share:.2f} -> 0: every trial trains {fewest_trial_samples:,} samples or more "
             f"({passes:.1f} passes over the {train_rows:,} training rows), past the {epochs:g} passes at which the "
             "winner's further training ends (search.exploit.max_epochs), so the trials take the whole budget")
@@ -110,7 +164,7 @@ def sizing_a_capped_winner(search: SearchConfig, fewest_trial_samples: int, trai
     sized = math.ceil(100 * needed / (search.time_budget_minutes * 60)) / 100
     if sized >= share:
         return search, ""
-    return (search.model_copy(update={"exploit": search.exploit.model_copy(update={"share": sized})}),
+    return (_with_share(search, sized),
             f"; lowered from {share:.2f}: the winner's further training ends at {epochs:g} passes over the "
             f"{train_rows:,} training rows (search.exploit.max_epochs), {remaining:,} samples past the shortest "
             f"trial's {fewest_trial_samples:,}, about {needed:.0f} s at the slowest candidate's speed with room; the "

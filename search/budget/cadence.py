@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from finesweep.spaces.search_config import SearchConfig
 
 if TYPE_CHECKING:
-    from finesweep.search.probe.plan import CombinationTimes
+    from finesweep.search.budget.plan import CombinationTimes
 
 # Told by its value, not by fields set: the config reaches the plan re-validated from a dump, every field set.
 DEFAULT_EVAL_EVERY_STEPS = SearchConfig.model_fields["eval_every_steps"].default
