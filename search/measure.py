@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -211,7 +211,7 @@ def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dic
         config, division = within_limit(config, measured, limit, elapsed)
     plan = search_plan(config, measured)
     if limit:
-        plan.notes.append(division)
+        plan = replace(plan, notes=[*plan.notes, division])
     inputs.console.plan(plan, elapsed)
     if warning := one_trial_warning(config, measured, plan):
         inputs.console.warn(warning)

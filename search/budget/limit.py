@@ -45,7 +45,7 @@ def within_limit(config: SweepConfig, inputs: PlanInputs, limit: float, elapsed:
     budgeted = unlimited.model_copy(update={"search": unlimited.search.model_copy(
         update={"time_budget_minutes": max(search, 1.0) / 60})})
     # The cadence the search's own budget divides (search/budget/cadence.py lowers a default one where it must).
-    every = budget_split(budgeted, inputs).search.eval_every_steps
+    every = budget_split(budgeted, inputs).eval_every_steps
     needed = min(c.start_seconds + c.period_seconds(every) for c in inputs.combinations)
     if search < needed:
         raise SweepFileError(

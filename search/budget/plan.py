@@ -13,7 +13,7 @@ trials that will really run. The simulation also predicts the search's seconds; 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from finesweep.search.budget.dropout_default import resolve_dropout
@@ -28,6 +28,7 @@ from finesweep.search.budget.simulate import Lane, Simulated, asha_milestones, s
 from finesweep.search.budget.winner import Split, passes_cap_words, winner_share
 from finesweep.search.probe.table import ProbeResult, attempt_speed
 from finesweep.spaces import SweepConfig
+from finesweep.spaces.search_config import SearchConfig
 from finesweep.spaces.space_config import AUTO_DROPOUT
 
 SIMULATIONS = 31  # seeded runs of the search; the plan reports their median
@@ -56,7 +57,7 @@ class CombinationTimes:
         return self.samples_per_second * self.seconds_per_step
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchPlan:
     """What the plan decided, why, and what it predicts."""
 
@@ -208,9 +209,8 @@ def export_estimate(config: SweepConfig, inputs: PlanInputs) -> tuple[dict[str, 
 def budget_split(config: SweepConfig, inputs: PlanInputs) -> Split:
     """The search's budget divided between the trials and the winner, with the trials' cadence and schedule in
     their part (winner.py)."""
-    batches = config.space.effective_batch_size
-    return winner_share(config.search, inputs.combinations, inputs.train_rows, config.data.task, min(batches),
-                        lambda search: trials_schedule(search, inputs.combinations, batches, inputs.concurrency))
+    return winner_share(config.search, inputs.combinations, inputs.train_rows, config.data.task,
+                        config.space.effective_batch_size, inputs.concurrency)
 
 
 def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], **measured: Any) -> SearchPlan | None:
@@ -221,56 +221,72 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], **measured:
 
 
 def search_plan(config: SweepConfig, inputs: PlanInputs) -> SearchPlan:
-    """The plan for this sweep: the budget's split, the trials' schedule and their number, the predicted seconds."""
-    combinations, concurrency, train_rows = inputs.combinations, inputs.concurrency, inputs.train_rows
-    config, dropout_note = resolve_dropout(config, combinations, train_rows)
+    """The plan for this sweep, in order: the dropout auto resolves to, the budget's split between the trials and
+    the winner with the trials' schedule (budget_split), the export's estimate, the trials' number (trial_count),
+    and the seconds they predict. `config` is read, never written."""
+    search = config.search
+    dropout, dropout_note = resolve_dropout(config, inputs.combinations, inputs.train_rows)
     split = budget_split(config, inputs)
-    search, schedule, per_evaluation = split.search, split.schedule, split.samples_per_evaluation
-    auto_note, capped_note, cadence_notes = split.share_words, split.spared_note, split.cadence_notes
+    budget = search.time_budget_minutes * 60 if search.time_budget_minutes else None
     export, calibration = export_estimate(config, inputs)
-    time_budget = search.exploration_seconds  # the trials' share: the rest trains the winner (search.exploit)
-    plan = SearchPlan(combinations, search.eval_every_steps, schedule.evaluations * search.eval_every_steps,
-                      search.max_steps, search.num_trials, search.num_trials, concurrency, _budget_words(config), 0.0,
-                      export, Simulated(0.0, 0, 0, 0, 0), cadence_notes + schedule.notes, schedule.period_seconds,
-                      per_evaluation, export_calibration=calibration)
-    if calibration.get("ratios"):
-        plan.notes.append(calibration_note(calibration["ratios"]))
-    lanes = [Lane(plan.period(c), round(plan.steps_per_evaluation(c)), c.start_seconds) for c in combinations]
+    laid_out = SearchPlan(inputs.combinations, split.eval_every_steps,
+                          split.schedule.evaluations * split.eval_every_steps, search.max_steps, search.num_trials,
+                          search.num_trials, inputs.concurrency, _budget_words(config), 0.0, export,
+                          Simulated(0.0, 0, 0, 0, 0), [], split.schedule.period_seconds, split.samples_per_evaluation,
+                          split.winner_seconds(budget), split.share, dropout, calibration)
+    num_trials, simulated, count_note = trial_count(laid_out, search, split.trials_seconds(budget))
+    search_seconds = RAY_START_SECONDS + simulated.seconds + laid_out.exploitation_seconds
+    equal_time = equal_time_seconds(search_seconds) if search.baseline_budget == "equal" else 0.0
+    notes = [*split.cadence_notes, *split.schedule.notes,
+             calibration_note(calibration["ratios"]) if calibration.get("ratios") else "", count_note, dropout_note,
+             split.spared_note, _split_words(config, split, budget, inputs.train_rows),
+             _equal_time_words(equal_time)]
+    return replace(laid_out, num_trials=num_trials, simulated=simulated, search_seconds=search_seconds,
+                   equal_time_seconds=equal_time, notes=[note for note in notes if note])
+
+
+def trial_count(plan: SearchPlan, search: SearchConfig, trials_seconds: float | None) -> tuple[int, Simulated, str]:
+    """The trials that can start and evaluate in their seconds (or the step budget), simulated SIMULATIONS times:
+    the file's num_trials, lowered to the most that started in any run where fewer fit (never raised); the median
+    run at that number; and the note where it was lowered."""
+    lanes = [Lane(plan.period(c), round(plan.steps_per_evaluation(c)), c.start_seconds) for c in plan.combinations]
     asha = search.asha if search.scheduler == "asha" else None
     milestones = asha_milestones(plan.evaluations, asha.grace_period, asha.reduction_factor) if asha else None
 
     def runs(num_trials: int) -> list[Simulated]:
-        return [simulate(lanes, evaluations=plan.evaluations, num_trials=num_trials, concurrency=concurrency,
+        return [simulate(lanes, evaluations=plan.evaluations, num_trials=num_trials, concurrency=plan.concurrency,
                          milestones=milestones, reduction_factor=asha.reduction_factor if asha else 1.0,
-                         time_budget=time_budget, step_budget=search.step_budget, seed=seed)
+                         time_budget=trials_seconds, step_budget=search.step_budget, seed=seed)
                 for seed in range(SIMULATIONS)]
 
-    simulated = runs(search.num_trials)
+    num_trials, note = search.num_trials, ""
+    simulated = runs(num_trials)
     # The most trials that started in any simulated run (fewer would idle when ASHA stops more than the median did).
     can_start = max(run.started for run in simulated)
-    if search.fit_to_budget and (time_budget or search.step_budget) and can_start < search.num_trials:
-        plan.num_trials = can_start
-        plan.notes.append(f"num_trials {search.num_trials} -> {can_start}: at most that many trials start and "
-                          "evaluate within the budget (simulated), so TPE's random start-up is sized for them")
-        simulated = runs(can_start)
-    plan.simulated = sorted(simulated, key=lambda run: (run.seconds, run.started))[len(simulated) // 2]
-    plan.exploitation_seconds = search.exploit.seconds(search.time_budget_minutes)
-    plan.exploit_share = search.exploit.fraction
-    plan.dropout = config.space.dropout
-    plan.notes += [note for note in (dropout_note, capped_note) if note]
-    plan.search_seconds = RAY_START_SECONDS + plan.simulated.seconds + plan.exploitation_seconds
-    if plan.exploitation_seconds:
-        plan.notes.append(f"the search's budget split: {time_budget:.0f} s for the trials, then "
-                          f"{plan.exploitation_seconds:.0f} s for the winner (search.exploit.share "
-                          f"{search.exploit.fraction:.2f}{auto_note}; from its "
-                          f"{'latest checkpoint' if search.exploit.start == 'checkpoint' else 'step 0'}, with every core"
-                          f"{passes_cap_words(search, train_rows, config.data.task)})")
-    if search.baseline_budget == "equal":
-        plan.equal_time_seconds = equal_time_seconds(plan.search_seconds)
-        plan.notes.append(f"then up to {plan.equal_time_seconds:.0f} s for the baseline recipe trained again for as "
-                          "long as the export trained (search.baseline.budget: equal): the gain at equal time costs "
-                          "the search's time twice")
-    return plan
+    if search.fit_to_budget and (trials_seconds or search.step_budget) and can_start < num_trials:
+        note = (f"num_trials {num_trials} -> {can_start}: at most that many trials start and evaluate within the "
+                "budget (simulated), so TPE's random start-up is sized for them")
+        num_trials, simulated = can_start, runs(can_start)
+    return num_trials, sorted(simulated, key=lambda run: (run.seconds, run.started))[len(simulated) // 2], note
+
+
+def _split_words(config: SweepConfig, split: Split, budget: float | None, train_rows: int) -> str:
+    """The plan's sentence for the budget's split ("" where the winner gets no seconds)."""
+    winner = split.winner_seconds(budget)
+    if not winner:
+        return ""
+    exploit = config.search.exploit
+    return (f"the search's budget split: {split.trials_seconds(budget):.0f} s for the trials, then {winner:.0f} s for "
+            f"the winner (search.exploit.share {split.share:.2f}{split.share_words}; from its "
+            f"{'latest checkpoint' if exploit.start == 'checkpoint' else 'step 0'}, with every core"
+            f"{passes_cap_words(config.search, train_rows, config.data.task)})")
+
+
+def _equal_time_words(seconds: float) -> str:
+    if not seconds:
+        return ""
+    return (f"then up to {seconds:.0f} s for the baseline recipe trained again for as long as the export trained "
+            "(search.baseline.budget: equal): the gain at equal time costs the search's time twice")
 
 
 def equal_time_seconds(search_seconds: float) -> float:

@@ -109,14 +109,16 @@ def samples_per_evaluation(combinations: list[CombinationTimes], period: float, 
             for c in combinations}
 
 
-def trials_schedule(search: SearchConfig, combinations: list[CombinationTimes], effective_batches: list[int],
-                     concurrency: int) -> tuple[Schedule, dict[str, int]]:
-    """The trials' schedule in the trials' share of the budget, and the samples each combination trains per
-    evaluation where they are allotted time (empty where every trial trains search.max_steps)."""
-    schedule = Schedule(search.max_steps // search.eval_every_steps)
+def trials_schedule(combinations: list[CombinationTimes], search: SearchConfig, eval_every_steps: int,
+                    trials_seconds: float | None, effective_batches: list[int],
+                    concurrency: int) -> tuple[Schedule, dict[str, int]]:
+    """The trials' schedule in their `trials_seconds` (None: no time budget), every `eval_every_steps` steps, and the
+    samples each combination trains per evaluation where they are allotted time (empty where every trial trains
+    search.max_steps). `search` is read, never written."""
+    schedule = Schedule(search.max_steps // eval_every_steps)
     if search.fit_to_budget:
-        schedule = planned_schedule(combinations, search.max_steps, search.eval_every_steps,
-                                    search.exploration_seconds, search.step_budget, concurrency)
+        schedule = planned_schedule(combinations, search.max_steps, eval_every_steps, trials_seconds,
+                                    search.step_budget, concurrency)
     per_evaluation = (samples_per_evaluation(combinations, schedule.period_seconds,
                                              statistics.fmean(effective_batches))
                       if schedule.period_seconds else {})

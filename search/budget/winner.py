@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from finesweep.search.budget.cadence import planned_cadence
-from finesweep.search.budget.schedule import fewest_trial_samples
+from finesweep.search.budget.schedule import fewest_trial_samples, trials_schedule
 from finesweep.spaces.search_config import AUTO_MAX_PASSES, AUTO_MIN_PASSES, AUTO_MIN_SAMPLES, AUTO_SHARE_UNPLANNED
 from finesweep.spaces.sections import Task
 
@@ -20,51 +20,65 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Split:
-    """The search's budget split between the trials and the winner: the settings with the share and the trials'
-    cadence decided, the trials' schedule in their part, and the words for each decision."""
+    """The search's budget divided between the trials and the winner: the winner's share, the trials' cadence and
+    their schedule in their part, and the words for each decision."""
 
-    search: SearchConfig
-    schedule: Schedule  # at the decided share
-    samples_per_evaluation: dict[str, int]
+    share: float  # of the search's budget, trained by the winner after the trials (0 without a time budget's seconds)
+    eval_every_steps: int
+    schedule: Schedule
+    samples_per_evaluation: dict[str, int]  # per combination, where the trials are allotted time
     cadence_notes: list[str]
     share_words: str  # appended to the budget split's sentence ("" where the share stands as written)
     spared_note: str  # the share given back to the trials whole ("" where it was not)
 
+    def winner_seconds(self, budget_seconds: float | None) -> float:
+        return self.share * budget_seconds if budget_seconds else 0.0
+
+    def trials_seconds(self, budget_seconds: float | None) -> float | None:
+        """The trials' part of the search's budget (None: no time budget)."""
+        return budget_seconds - self.winner_seconds(budget_seconds) if budget_seconds else None
+
 
 def winner_share(search: SearchConfig, combinations: list[CombinationTimes], train_rows: int, task: Task,
-                 smallest_batch: int, trials_schedule: Callable) -> Split:
-    """The winner's share of the time budget, in order: the file's share, or auto's from the passes the budget pays
-    for (auto_share); the trials' cadence at that share (cadence.planned_cadence); lowered so that a trial
+                 effective_batches: list[int], concurrency: int) -> Split:
+    """The winner's share of the search's time budget, in order: the file's share, or auto's from the passes the
+    budget pays for (auto_share); the trials' cadence at that share (cadence.planned_cadence); lowered so that a trial
     of the slowest candidate starts and evaluates once (leaving_a_first_evaluation); with the trials' schedule at
-    that share (`trials_schedule`: schedule.trials_schedule for this space and concurrency), none where every trial already makes the winner's passes
-    (sparing_a_capped_winner), else lowered to what the winner's passes need (sizing_a_capped_winner); the
-    trials' schedule again where the share fell. Without a time budget the share is the file's (or auto's fixed
-    fallback) and takes no seconds."""
-    words = ""
-    budget = search.time_budget_minutes
-    if search.exploit.share == "auto" and budget:
-        share, words = auto_share(combinations, budget * 60, train_rows)
-        search = _with_share(search, share)
-    search, cadence_notes = planned_cadence(search, combinations, max(c.start_seconds for c in combinations))
+    that share, none where every trial already makes the winner's passes (sparing_a_capped_winner), else lowered to
+    what the winner's passes need (sizing_a_capped_winner); the trials' schedule again where the share fell.
+    Without a time budget the share is the file's (auto's fixed fallback) and buys no seconds. `search` is read,
+    never written."""
+    budget = search.time_budget_minutes * 60 if search.time_budget_minutes else None
+    share, words = (auto_share(combinations, budget, train_rows) if search.exploit.share == "auto" and budget
+                    else (search.exploit.fraction, ""))
+    every, cadence_notes = planned_cadence(search.eval_every_steps, _trials_seconds(budget, share), combinations)
     if budget:
-        first = max(c.start_seconds + c.period_seconds(search.eval_every_steps) for c in combinations)
-        search, lowered = leaving_a_first_evaluation(search, first)
+        first = max(c.start_seconds + c.period_seconds(every) for c in combinations)
+        share, lowered = leaving_a_first_evaluation(budget, share, first)
         words += lowered
-    schedule, per_evaluation = trials_schedule(search)
-    fewest = fewest_trial_samples(schedule, per_evaluation, search.eval_every_steps, smallest_batch)
-    search, spared = sparing_a_capped_winner(search, fewest, train_rows, task)
-    sized = ""
-    if not spared:
+
+    def schedule_at(share: float) -> tuple[Schedule, dict[str, int]]:
+        return trials_schedule(combinations, search, every, _trials_seconds(budget, share), effective_batches,
+                               concurrency)
+
+    schedule, per_evaluation = schedule_at(share)
+    fewest = fewest_trial_samples(schedule, per_evaluation, every, min(effective_batches))
+    epochs = search.exploit.passes(train_rows, task)
+    growing = bool(budget and epochs and train_rows > 0 and search.exploit.start == "checkpoint")
+    spared, sized = "", ""
+    if growing:
+        share, spared = sparing_a_capped_winner(share, fewest, train_rows, epochs)
+    if growing and not spared:
         slowest = min(combinations, key=lambda c: c.samples_per_second)
-        search, sized = sizing_a_capped_winner(search, fewest, train_rows, slowest, task)
+        share, sized = sizing_a_capped_winner(budget, share, fewest, train_rows, epochs, slowest)
         words += sized
     if spared or sized:  # the trials' part grew: longer trials, perhaps more of them
-        schedule, per_evaluation = trials_schedule(search)
-    return Split(search, schedule, per_evaluation, cadence_notes, words, spared)
+        schedule, per_evaluation = schedule_at(share)
+    return Split(share, every, schedule, per_evaluation, cadence_notes, words, spared)
 
 
-def _with_share(search: SearchConfig, share: float) -> SearchConfig:
-    return search.model_copy(update={"exploit": search.exploit.model_copy(update={"share": share})})
+def _trials_seconds(budget: float | None, share: float) -> float | None:
+    return budget * (1 - share) if budget else None
 
 
 # The winner's share at few and at many passes over the training split.
@@ -111,64 +125,54 @@ def budget_passes(combinations: list[CombinationTimes], budget_seconds: float, t
     return budget_seconds * speed / train_rows
 
 
-def leaving_a_first_evaluation(search: SearchConfig, first_evaluation_seconds: float) -> tuple[SearchConfig, str]:
-    """`search` with its exploit share (auto's or the file's) lowered where the trials' part of the time budget
-    would end before a trial of the slowest candidate has started and evaluated once: trials that report nothing
-    leave no winner to train further and nothing to export. The words say so (empty where the share stands)."""
-    budget, share = search.time_budget_minutes * 60, search.exploit.fraction
+def leaving_a_first_evaluation(budget: float, share: float, first_evaluation_seconds: float) -> tuple[float, str]:
+    """The share (auto's or the file's) lowered where the trials' part of the `budget` seconds would end before a
+    trial of the slowest candidate has started and evaluated once: trials that report nothing leave no winner to
+    train further and nothing to export. The words say so (empty where the share stands)."""
     needed = FIRST_EVALUATION_ROOM * first_evaluation_seconds
     if budget * (1 - share) >= needed or share <= 0:
-        return search, ""
+        return share, ""
     lowered = max(0.0, math.floor(100 * (1 - needed / budget)) / 100)
-    return (_with_share(search, lowered),
-            f"; lowered from {share:.2f} so that a trial of the slowest candidate starts and evaluates once "
-            f"({needed:.0f} s)")
+    return lowered, (f"; lowered from {share:.2f} so that a trial of the slowest candidate starts and evaluates once "
+                     f"({needed:.0f} s)")
 
 
-def sparing_a_capped_winner(search: SearchConfig, fewest_trial_samples: int, train_rows: int,
-                            task: Task) -> tuple[SearchConfig, str]:
-    """`search` with no share for the winner where every trial, run to its planned end, has made
-    search.exploit.max_epochs passes over the training split: the winner's further training would end where it
+def sparing_a_capped_winner(share: float, fewest_trial_samples: int, train_rows: int,
+                            epochs: float) -> tuple[float, str]:
+    """No share for the winner where every trial, run to its planned end, has made the `epochs` passes over the
+    training split at which the winner's further training ends (search.exploit.max_epochs): it would end where it
     starts (a continuation from a checkpoint past them is refused), so its seconds go to the trials. A small data set
     does this: the chat categories' 371 rows are two passes in 93 steps of 8, and the example's trials train 750.
     The words say so (empty where the share stands)."""
-    epochs, share = search.exploit.passes(train_rows, task), search.exploit.fraction
-    if not (search.time_budget_minutes and epochs and train_rows > 0 and share > 0
-            and search.exploit.start == "checkpoint"):
-        return search, ""
     passes = fewest_trial_samples / train_rows
-    if passes < epochs:
-        return search, ""
-    return (_with_share(search, 0.0),
-            f"search.exploit.share {share:.2f} -> 0: every trial trains {fewest_trial_samples:,} samples or more "
-            f"({passes:.1f} passes over the {train_rows:,} training rows), past the {epochs:g} passes at which the "
-            "winner's further training ends (search.exploit.max_epochs), so the trials take the whole budget")
+    if share <= 0 or passes < epochs:
+        return share, ""
+    return 0.0, (f"search.exploit.share {share:.2f} -> 0: every trial trains {fewest_trial_samples:,} samples or more "
+                 f"({passes:.1f} passes over the {train_rows:,} training rows), past the {epochs:g} passes at which "
+                 "the winner's further training ends (search.exploit.max_epochs), so the trials take the whole budget")
 
 
-def sizing_a_capped_winner(search: SearchConfig, fewest_trial_samples: int, train_rows: int,
-                           slowest: CombinationTimes, task: Task) -> tuple[SearchConfig, str]:
-    """`search` with the winner's share lowered to what its further training can use: it ends at
-    search.exploit.max_epochs passes over the training split, so on a small data set a share sized by the budget's
-    passes (auto_share) is mostly left unspent while the trials, short of time, compare fewer recipes. A plain file on
-    2,325 rows with a 7-minute limit kept 134 s for a winner that reached its two passes in 27 steps, and the sweep
-    ended after 213 s of the 420 with three trials. The need: the samples from the shortest trial of the space to the
-    passes, at the slowest candidate's trial speed, with CAPPED_WINNER_ROOM, and a trial's start. The baseline's trial
-    (one pass at most) is not counted: where it wins, its further training may stop short of the passes, the price
-    of the trials the seconds buy. The words say so (empty where the share stands)."""
-    epochs, share = search.exploit.passes(train_rows, task), search.exploit.fraction
-    if not (search.time_budget_minutes and epochs and train_rows > 0 and share > 0 and slowest.samples_per_second > 0
-            and search.exploit.start == "checkpoint"):
-        return search, ""
+def sizing_a_capped_winner(budget: float, share: float, fewest_trial_samples: int, train_rows: int, epochs: float,
+                           slowest: CombinationTimes) -> tuple[float, str]:
+    """The winner's share lowered to what its further training can use: it ends at `epochs` passes over the
+    training split, so on a small data set a share sized by the budget's passes (auto_share) is mostly left unspent
+    while the trials, short of time, compare fewer recipes. A plain file on 2,325 rows with a 7-minute limit kept
+    134 s for a winner that reached its two passes in 27 steps, and the sweep ended after 213 s of the 420 with three
+    trials. The need: the samples from the shortest trial of the space to the passes, at the slowest candidate's
+    trial speed, with CAPPED_WINNER_ROOM, and a trial's start. The baseline's trial (one pass at most) is not
+    counted: where it wins, its further training may stop short of the passes, the price of the trials the seconds
+    buy. The words say so (empty where the share stands)."""
+    if share <= 0 or slowest.samples_per_second <= 0:
+        return share, ""
     remaining = max(round(epochs * train_rows) - fewest_trial_samples, 0)
     needed = CAPPED_WINNER_ROOM * remaining / slowest.samples_per_second + slowest.start_seconds
-    sized = math.ceil(100 * needed / (search.time_budget_minutes * 60)) / 100
+    sized = math.ceil(100 * needed / budget) / 100
     if sized >= share:
-        return search, ""
-    return (_with_share(search, sized),
-            f"; lowered from {share:.2f}: the winner's further training ends at {epochs:g} passes over the "
-            f"{train_rows:,} training rows (search.exploit.max_epochs), {remaining:,} samples past the shortest "
-            f"trial's {fewest_trial_samples:,}, about {needed:.0f} s at the slowest candidate's speed with room; the "
-            "trials take the rest")
+        return share, ""
+    return sized, (f"; lowered from {share:.2f}: the winner's further training ends at {epochs:g} passes over the "
+                   f"{train_rows:,} training rows (search.exploit.max_epochs), {remaining:,} samples past the shortest "
+                   f"trial's {fewest_trial_samples:,}, about {needed:.0f} s at the slowest candidate's speed with room; "
+                   "the trials take the rest")
 
 
 def passes_cap_words(search: SearchConfig, train_rows: int, task: Task) -> str:
