@@ -85,7 +85,8 @@ class PhaseClock:
 def process_started() -> float:
     """When this process started, on time.time()'s clock: a user's stopwatch starts there, so Python's start and the
     imports before a command's first line count against --time-limit too (0.4 to 0.6 s on 2 cores, AVX2; the exit,
-    after the clock's last reading, is measured.EXIT_SECONDS). Linux's /proc/self/stat; elsewhere the time of the call."""
+    after the clock's last reading, is search/budget/measured.py's EXIT_SECONDS). Linux's /proc/self/stat; elsewhere
+    the time of the call."""
     try:
         after_name = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         ticks_after_boot = int(after_name[19])  # field 22, starttime; the split begins at field 3

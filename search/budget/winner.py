@@ -171,8 +171,8 @@ def sizing_a_capped_winner(budget: float, share: float, fewest_trial_samples: in
         return share, ""
     return sized, (f"; lowered from {share:.2f}: the winner's further training ends at {epochs:g} passes over the "
                    f"{train_rows:,} training rows (search.exploit.max_epochs), {remaining:,} samples past the shortest "
-                   f"trial's {fewest_trial_samples:,}, about {needed:.0f} s at the slowest candidate's speed with room; "
-                   "the trials take the rest")
+                   f"trial's {fewest_trial_samples:,}, about {needed:.0f} s at the slowest candidate's speed with "
+                   "room; the trials take the rest")
 
 
 def passes_cap_words(search: SearchConfig, train_rows: int, task: Task) -> str:
