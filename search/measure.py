@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from finesweep.search.budget.export_calibration import calibration_key
+from finesweep.search.budget.export_calibration import ratios as export_ratios
+from finesweep.search.budget.limit import probe_seconds, within_limit
+from finesweep.search.budget.plan import apply, plan_inputs, search_plan
+from finesweep.search.budget.second_trial import one_trial_warning
 from finesweep.search.inputs import (PreparedSweep, SweepFolder, dequantize_gguf, prepare_data, read_data,
                                      tokenizer_candidates)
 from finesweep.search.outputs.console import Console
@@ -18,12 +23,6 @@ from finesweep.search.outputs.variants import check_backends
 from finesweep.search.probe import sharing
 from finesweep.search.probe.cores import usable_cores
 from finesweep.search.probe.device import Device, check_deepspeed, resolve_device, usable_methods, usable_precisions
-from finesweep.search.probe.export_calibration import calibration_key
-from finesweep.search.probe.export_calibration import ratios as export_ratios
-from finesweep.search.probe.export_fit import fit_export
-from finesweep.search.probe.plan import RAY_START_SECONDS, apply, plan_search
-from finesweep.search.probe.simulate import TRIAL_START_SECONDS
-from finesweep.search.probe.second_trial import one_trial_warning
 from finesweep.search.probe.sharing import core_slots, gpu_slots
 from finesweep.search.probe.steer import (dominated_precisions, fastest_first, slow_values, stand_ins,
                                           unmeasured_precisions, without)
@@ -35,24 +34,16 @@ from finesweep.trainer.gguf import check_gguf
 from finesweep.trainer.models import check_pooling
 
 
-# Under search.time_limit, the probe's share of it: a user who says 10 minutes wants them spent training. On 2 cores
-# the LLM example's LoRA probe alone took 6.8 minutes unbounded (micro-batches 4 to 32 at 5 to 54 s a step).
-PROBE_SHARE = 0.1
-# What the probe phase does after its last attempt, out of the same share: a stopped attempt's process killed, the
-# table printed, the space steered (the LLM example's probe phase ran 0.1 s past its tenth without it).
-PROBE_SETTLE_SECONDS = 1.0
-
-
 def measure_memory(config: SweepConfig, folder: SweepFolder, device: Device, precisions: list[str],
                    data: PreparedSweep, console: Console, worker: ProbeWorker | None = None) -> dict[str, Any]:
     """The memory probe over the space's models, precisions and methods (cached by content), printed; under a time
-    limit within PROBE_SHARE of it (search/probe/table.py probe_all). `worker`: the probe process, begun earlier."""
+    limit within its share of it (search/budget/limit.py probe_seconds). `worker`: the probe process, begun earlier."""
     console.step("Probing memory: largest micro-batch per model, precision and method")
     labels = len(data.prepared.label_names or []) or 2
     cache = machine_probe_file()
     limit = config.search.time_limit_seconds
     results = probe_all(config, device, precisions, data.max_seq_len, labels, cache, folder.probe_file,
-                        max(PROBE_SHARE * limit - PROBE_SETTLE_SECONDS, 0.0) if limit else None, worker)
+                        probe_seconds(limit), worker)
     console.probe_table(results)
     if reused := sum(r.reused for r in results.values()):
         console.step(f"Probe: {reused} of {len(results)} combinations measured by an earlier sweep on this machine, "
@@ -94,7 +85,8 @@ class PhaseClock:
 def process_started() -> float:
     """When this process started, on time.time()'s clock: a user's stopwatch starts there, so Python's start and the
     imports before a command's first line count against --time-limit too (0.4 to 0.6 s on 2 cores, AVX2; the exit,
-    after the clock's last reading, is EXIT_SECONDS). Linux's /proc/self/stat; elsewhere the time of the call."""
+    after the clock's last reading, is search/budget/measured.py's EXIT_SECONDS). Linux's /proc/self/stat; elsewhere
+    the time of the call."""
     try:
         after_name = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         ticks_after_boot = int(after_name[19])  # field 22, starttime; the split begins at field 3
@@ -197,7 +189,7 @@ def _export_thread_ratio(config: SweepConfig, device: Device) -> float:
 
 
 def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dict[str, Any] | None]:
-    """The trials' length and number planned from the probe's speeds and the budget (search/probe/plan.py),
+    """The trials' length and number planned from the probe's speeds and the budget (search/budget/plan.py),
     printed with the predicted end; the config they change, and the plan for the record (None: nothing measured).
     Under search.time_limit the search gets what the command's time so far and the export's estimate leave of it."""
     config, elapsed = inputs.config, inputs.clock.total
@@ -207,81 +199,25 @@ def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dic
     key = calibration_key(config, [device.kind, device.name, device.total_memory], usable_cores())
     calibration = {"key": key, "ratios": export_ratios(key)}
 
-    def plan_for(config: SweepConfig):
-        return plan_search(config, kept_probes(config, inputs.precisions, inputs.probes),
-                           validation_rows=splits.get("validation", 0), test_rows=splits.get("test", 0),
-                           seq_len=inputs.data.max_seq_len, concurrency=trial_slots(config, device, address),
-                           lengths=inputs.data.lengths, train_rows=splits.get("train", 0),
-                           export_timed_on_cpu_too=_cuda_present(),
-                           export_thread_ratio=_export_thread_ratio(config, device), export_calibration=calibration)
-
+    measured = plan_inputs(
+        config, kept_probes(config, inputs.precisions, inputs.probes), validation_rows=splits.get("validation", 0),
+        test_rows=splits.get("test", 0), seq_len=inputs.data.max_seq_len,
+        concurrency=trial_slots(config, device, address), lengths=inputs.data.lengths,
+        train_rows=splits.get("train", 0), export_timed_on_cpu_too=_cuda_present(),
+        export_thread_ratio=_export_thread_ratio(config, device), export_calibration=calibration)
+    if measured is None:
+        return config, None
     limit = config.search.time_limit_seconds
     if limit:
-        config, division = within_limit(config, plan_for, limit, elapsed)
-    plan = plan_for(config)
-    if plan is None:
-        return config, None
+        config, division = within_limit(config, measured, limit, elapsed)
+    plan = search_plan(config, measured)
     if limit:
-        plan.notes.append(division)
+        plan = replace(plan, notes=[*plan.notes, division])
     inputs.console.plan(plan, elapsed)
-    if warning := one_trial_warning(config, plan_for, plan):
+    if warning := one_trial_warning(config, measured, plan):
         inputs.console.warn(warning)
     record = {**plan.to_dict(), "predicted_wall_seconds": round(elapsed + plan.predicted_seconds, 1)}
     return apply(config, plan), {**record, **({"time_limit_seconds": limit} if limit else {})}
-
-
-def within_limit(config: SweepConfig, plan_for, limit: float, elapsed: float) -> tuple[SweepConfig, str]:
-    """The config whose search budget is what search.time_limit leaves after the `elapsed` seconds (data, probe)
-    and the export's estimate (which does not depend on the search's budget; kept near a third of what is left,
-    search/probe/export_fit.py), and the sentence that says so;
-    a SweepFileError, before anything trains, when that cannot pay for one trial's start and first evaluation."""
-    left = limit - elapsed
-    unlimited = config.model_copy(update={"search": config.search.model_copy(
-        update={"time_limit": None, "time_budget_minutes": max(left, 1.0) / 60})})
-    provisional = plan_for(unlimited)
-    if provisional is None:
-        return unlimited, ""
-    unlimited, lighter = fit_export(unlimited, lambda fitted: plan_for(fitted).export_seconds, left, _cuda_present())
-    export = plan_for(unlimited).export_seconds if lighter else provisional.export_seconds
-    spare = EXPORT_ESTIMATE_MARGIN * export + LIMIT_OVERHEAD_SECONDS
-    search = left - export - spare
-    equal_time = config.search.baseline_budget == "equal"
-    if equal_time:  # the baseline trains again as long as the export did (equal_time.py), one start more
-        search = (search - TRIAL_START_SECONDS) / 2
-    budgeted = unlimited.model_copy(update={"search": unlimited.search.model_copy(
-        update={"time_budget_minutes": max(search, 1.0) / 60})})
-    # The cadence the search's own budget plans (search/probe/cadence.py lowers a default one where it must).
-    every = (plan_for(budgeted) or provisional).eval_every_steps
-    needed = min(c.start_seconds + c.period_seconds(every) for c in provisional.combinations)
-    if search < needed:
-        raise SweepFileError(
-            f"search.time_limit {config.search.time_limit}: the data and the probe took {elapsed:.0f} s and the export "
-            f"is predicted to take {export:.0f} s (with {spare:.0f} s for Ray, the records, the process's exit and the "
-            f"estimate's error), which leaves {max(search, 0):.0f} s for the search, but one trial needs "
-            f"{needed:.0f} s to start and reach its first evaluation ({every} steps of the fastest combination). Raise "
-            f"the limit to at least {elapsed + export + spare + needed:.0f}s, or make a step "
-            "cheaper (a shorter data.max_seq_len, a smaller search.eval_every_steps, fewer export.quantization "
-            "variants); the data and the probe are cached, so a second run starts faster.")
-    division = (f"the time limit {config.search.time_limit} ({limit:.0f} s) divided: data and probe {elapsed:.0f} s, "
-                f"search {search:.0f} s, "
-                + ("and up to as long again for the baseline at equal time, " if equal_time else "")
-                + f"export {export:.0f} s (predicted), Ray, the records, the exit and the "
-                f"estimate's error {spare:.0f} s"
-                + (f"; {lighter}" if lighter else ""))
-    return budgeted, division
-
-
-# What `finesweep run` spends outside the data, the probe, the search's budget and the export: Ray's start and
-# Tune's set-up (the plan's RAY_START_SECONDS), the plots and the leaderboard after the trials and the tracking
-# store's last writes (the search phase ran 6 s past its budget on 2 cores, AVX-512), the summary; then the process's
-# exit, which a user's stopwatch counts and the command's clock cannot: Ray's shutdown (1.9 s) and the interpreter's
-# teardown of the libraries loaded (3.5 s) on 2 cores, AVX2 only (benchmarks/README.md, 2026-11-27).
-EXIT_SECONDS = 6.0
-LIMIT_OVERHEAD_SECONDS = RAY_START_SECONDS + 7.0 + EXIT_SECONDS
-# The export's estimate (search/probe/export_time.py) against its real time: within 5% on AVX-512 machines, 0.74x to
-# 1.17x over five sweeps on an AVX2 one, whose fixed costs (ONNX's graph, loading and saving) the estimate takes from
-# AVX-512 runs. The search leaves this share of the estimate spare, so a slower export still ends within the limit.
-EXPORT_ESTIMATE_MARGIN = 0.1
 
 
 def _cuda_present() -> bool:

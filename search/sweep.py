@@ -19,7 +19,7 @@ from finesweep.search.outputs.export import export_best
 from finesweep.search.outputs.pareto_report import pick_export
 from finesweep.search.outputs.plots import log_sweep_plots
 from finesweep.search.outputs.variants import check_backends
-from finesweep.search.probe import export_calibration
+from finesweep.search.budget import export_calibration
 from finesweep.search.probe.cores import usable_cores, warn_of_other_work
 from finesweep.search.probe.device import Device
 from finesweep.search.selection import arms

@@ -29,7 +29,7 @@ def write_json_atomic(path: Path, data: Any, indent: int | None = 2) -> None:
 def machine_cache() -> Path:
     """The cache every sweep on this machine shares: $FINESWEEP_CACHE, else $XDG_CACHE_HOME/finesweep, else
     ~/.cache/finesweep. Its gguf/ folder holds the dequantized GGUF copies, probe/ the memory probe's answers,
-    export/ what the exports took against their estimates (search/probe/export_calibration.py); deleting it (or one
+    export/ what the exports took against their estimates (search/budget/export_calibration.py); deleting it (or one
     entry) only costs the next sweep the work again."""
     if folder := os.environ.get(CACHE_ENV):
         return Path(folder).expanduser()

@@ -126,7 +126,7 @@ class ExploitConfig(Section):
 
     @property
     def fraction(self) -> float:
-        """The share as a number: the plan resolves auto (search/probe/plan.py); unplanned, the fixed default."""
+        """The share as a number: the plan resolves auto (search/budget/plan.py); unplanned, the fixed default."""
         return AUTO_SHARE_UNPLANNED if self.share == "auto" else self.share
 
     def seconds(self, time_budget_minutes: float | None) -> float:

@@ -101,7 +101,7 @@ LearningRateDim = Annotated[
     | Annotated[MethodLearningRates, Tag(MethodLearningRates.__name__)],
     Discriminator(_learning_rate_shape)]
 # The space's continuous dimensions: each a fixed value or a searched range (dropout may also be the checkpoint's own,
-# None, or auto until the plan resolves it: search/probe/dropout_default.py).
+# None, or auto until the plan resolves it: search/budget/dropout_default.py).
 FLOAT_DIMENSIONS = ("learning_rate", "warmup_ratio", "weight_decay", "dropout")
 CHECKPOINT_DROPOUT, AUTO_DROPOUT = "checkpoint", "auto"  # the words for the checkpoint's own and the plan's pick
 

@@ -20,7 +20,7 @@ from finesweep.search.outputs.card import FULL, UNTUNED, model_card
 from finesweep.search.outputs.card_loading import ADAPTER, variant_folder
 from finesweep.search.outputs.variants import not_made_paragraph, quantized_methods
 from finesweep.search.probe.cores import cap_torch_threads
-from finesweep.search.probe.export_time import REFERENCES
+from finesweep.search.budget.export_time import REFERENCES
 from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.baseline import majority_class_warnings
 from finesweep.search.selection.deploy import CPU_PREFIX, PRIMARY, TIMINGS, deploy_choices, metric_loss, with_speedups
@@ -60,7 +60,7 @@ class ExportResult:
     baseline: dict[str, Any] = field(default_factory=dict)
     """The winner against the baseline trial (search/selection/baseline.compare); empty when the sweep ran none."""
     seconds: dict[str, float] = field(default_factory=dict)
-    """The export's steps as the plan predicts them (search/probe/export_time.py::export_steps) -> seconds taken."""
+    """The export's steps as the plan predicts them (search/budget/export_time.py::export_steps) -> seconds taken."""
 
     def variant_folder(self, variant: str) -> Path:
         return self.folder / variant_folder(variant)

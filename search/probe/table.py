@@ -352,7 +352,7 @@ def _probe_one(worker: ProbeWorker, base: ProbeRequest, model: str, cap: int, bu
                too_slow: Callable[[ProbeAttempt, str], str | None] | None = None,
                box: TimeBox | None = None, decode: bool = True) -> ProbeResult:
     """`decode`: a causal LM's greedy decoding is timed too (the export's answers' cost). Once a model is enough: the
-    export decodes the full-precision model whatever the trials trained (search/probe/export_time.py), and each
+    export decodes the full-precision model whatever the trials trained (search/budget/export_time.py), and each
     timing cost about 2 s of the LLM example's 60-s share."""
     started = time.perf_counter()
     search = find_max_micro_batch(worker, base, cap, budget,

@@ -53,7 +53,7 @@ class TrialContext:
     spool_dir: str = ""
     checkpointing: dict[str, bool] = field(default_factory=dict)  # combination_key -> the probe's plan recomputes
     # combination_key -> samples between evaluations, when the plan allots the trials time rather than steps
-    # (search/probe/plan.py); None (also in a context pickled before it existed): the file's steps.
+    # (search/budget/plan.py); None (also in a context pickled before it existed): the file's steps.
     samples_per_evaluation: dict[str, int] | None = None
     train_rows: int = 0  # rows of the training split: the baseline's passes are capped (0: unknown, no cap)
     # When the plan allots the trials time: an evaluation period's seconds, and per combination_key an evaluation's

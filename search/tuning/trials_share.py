@@ -3,7 +3,7 @@ evaluation inside it, and a trial whose next evaluation would come after it ends
 
 Either way the seconds would only have been cut off unused (a trial is worth its evaluations), and ending the trials
 sooner leaves them to the winner's further training (search/tuning/exploit.py takes whatever the budget has left).
-The plan's simulation (search/probe/simulate.py) already starts no trial that could not evaluate.
+The plan's simulation (search/budget/simulate.py) already starts no trial that could not evaluate.
 
 The share's clock is kept by TrialsShareStopper (callbacks.py); it writes what the gate needs to a small ledger in the
 experiment folder, which both read back on a resume (Tune saves the stopper and the searcher apart, so they share no

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from finesweep.search.probe import export_calibration
+from finesweep.search.budget import export_calibration
 from finesweep.search.selection.baseline import origin
 from finesweep.search.selection.equal_samples import History, paired
 from tests import tiny

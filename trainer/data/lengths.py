@@ -49,7 +49,7 @@ def _training_sample(prepared_folder: Path, sample: int):
 
 
 # The percentiles a report keeps: the upper ones size max_seq_len, all of them the plan's padded batch lengths
-# (search/probe/padding.py: the longest row of a random batch sits high in the distribution, batches sorted by
+# (search/budget/padding.py: the longest row of a random batch sits high in the distribution, batches sorted by
 # length pad to the whole range).
 KEPT_PERCENTILES = (10, 25, 50, 75, 90, 95, COVERED_PERCENTILE)
 

@@ -55,7 +55,7 @@ def test_export_metrics_for_full_and_int8(exported):
 
 def test_each_export_step_is_timed_under_the_plans_name_for_it(exported):
     """The full model (saved, scored, timed), the references (no baseline here: nothing to score) and each variant
-    (made, scored, timed): the names search/probe/export_time.py::export_steps predicts."""
+    (made, scored, timed): the names search/budget/export_time.py::export_steps predicts."""
     result, _ = exported
     assert set(result.seconds) == {"full", "baseline", "int8"}
     assert result.seconds["full"] > 0 and result.seconds["int8"] > 0 and result.seconds["baseline"] < 0.1

@@ -2,7 +2,7 @@
 test-split scoring at the probe's evaluation speed, its speed passes (as many as trainer/serving/evaluate.py times at
 that speed), and a causal LM's generated answers; the baseline's test pass (and a causal LM's untuned base model's)
 once. Only the costs the probe cannot time (loading, saving and registering, by the weights the probe counted; the
-ONNX graph's writing) are taken from this project's runs; benchmarks/README.md compares the plan's predicted end
+ONNX graph's writing) are measured constants (measured.py); benchmarks/README.md compares the plan's predicted end
 with the real one. Pure: no model loaded.
 """
 
@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from finesweep.search.budget.measured import (
+    BATCH1_COST, CPU_TIMING_SECONDS, DECODE_TOKEN_COST, EXPORT_FIXED_SECONDS, EXPORT_PASS_SECONDS,
+    EXPORT_SECONDS_PER_GB, EXPORT_THREADS_CAP, GENERATION_ROW_COST, GGUF_DECODE_RATIO, GGUF_MAKE_SECONDS, GGUF_MAKE_SECONDS_PER_GB,
+    ONNX_EXPORT_SECONDS, ONNX_EXPORT_SECONDS_PER_GB, UNKNOWN_VARIANT_SLOWDOWN, VARIANT_SLOWDOWN,
+)
 from finesweep.search.selection.deploy import FULL
 from finesweep.spaces import SweepConfig
 from finesweep.trainer.serving.evaluate import SPEED_BATCHES, SPEED_REPEATS, SPEED_ROWS, SPEED_SECONDS, WARM_UP_ROWS
@@ -17,57 +22,11 @@ from finesweep.trainer.serving.generate import BATCH_SIZE as GENERATION_BATCH
 from finesweep.trainer.serving.generate import DECODE_REPEATS, DECODE_TOKENS
 
 if TYPE_CHECKING:
-    from finesweep.search.probe.plan import CombinationTimes
+    from finesweep.search.budget.plan import CombinationTimes
 
 # The export's step that scores the references (search.baseline): the baseline trial's checkpoint and a causal LM's
 # untuned base model.
 REFERENCES = "baseline"
-# Per exported variant (and per reference pass: the baseline's checkpoint, a causal LM's base model): loading and
-# saving it, the model card and the registry's entry. Measured on 2 cores (AVX-512, the files in the page cache):
-# 3.9 s for MiniLM's 91 MB of float32 weights, 4.4 s for SmolLM2-135M's 538 MB. The part that grows with the weights
-# (as the probe counted them) is what a model of gigabytes adds, read and written at about 0.7 GB/s: not yet measured
-# on one. EXPORT_FIXED_SECONDS where the probe's answer has no count (an older machine cache).
-EXPORT_FIXED_SECONDS = 4.0
-EXPORT_PASS_SECONDS = 3.8
-EXPORT_SECONDS_PER_GB = 1.5
-# Test-split inference of a quantized variant against full precision: bitsandbytes' kernels are slower (measured
-# 1.8x for int8 on CPU, 4.2x int8 and 1.9x nf4 on an H100); torchao's int8 about as fast as full precision on CPU,
-# its GPU variants taken as fast as full precision until measured on a GPU. ONNX Runtime's int8 scores the test
-# split in 0.69x full precision's time (MiniLM, batch 32, 2 cores, AVX-512); llama.cpp's GGUF files, one row at a
-# time, in 1.42-1.47x (the LLM example's SmolLM2-135M, 2 cores, AVX-512, 2026-11-26).
-VARIANT_SLOWDOWN = {"none": 1.0, "int8": 2.0, "nf4": 2.0, "torchao-int8": 1.0, "torchao-int4": 1.0, "torchao-fp8": 1.0,
-                    "onnx-int8": 0.7, "gguf-q8_0": 1.5, "gguf-q4_k_m": 1.5}
-# Writing the ONNX graph (torch's exporter; for a causal LM, generate's capture with the key/value cache) and
-# quantizing it, by task, on 2 cores: MiniLM (0.09 GB of float32 weights) 6 s (AVX-512) to 12 s (AVX2); SmolLM2-135M
-# (0.54 GB, 30 layers) 180 s as a causal LM (AVX2), about 67 s as a classifier (AVX-512: its step took 92.6 s where
-# a flat 8 s had it at 33.8). By the weights the probe counted, at least the flat seconds (none counted: the flat).
-ONNX_EXPORT_SECONDS = {"classification": 8.0, "causal_lm": 180.0}
-ONNX_EXPORT_SECONDS_PER_GB = {"classification": 125.0, "causal_lm": 335.0}
-# Making a GGUF file: llama.cpp's converter (a Python process of its own that loads torch and reads the weights) and,
-# for a k-quant, its f16 file quantized again; fixed seconds (the converter's start: torch imported) plus seconds
-# per GB of float32 weights. SmolLM2-135M (0.54 GB) on 2 cores, AVX-512: 7.8 s for q8_0, 7.8 s for q4_k_m.
-GGUF_MAKE_SECONDS = 4.0
-GGUF_MAKE_SECONDS_PER_GB = 7.0
-# llama.cpp answers one prompt at a time (trainer/serving/gguf_runtime.py): its answers are priced row by row, each
-# token at this share of full precision's measured decoding (SmolLM2-135M on 2 cores: 13.1 ms for q8_0 and 11.9 for
-# q4_k_m against 43.8, 0.27-0.30).
-GGUF_DECODE_RATIO = 0.3
-# A row at batch 1 (latency-bound) against a row of a batched pass: 1.26 measured on MiniLM, full precision.
-BATCH1_COST = 1.5
-# One generated token (batch 1, cached keys and values) against one token of a batched forward pass, where the probe
-# did not time decoding (an older machine cache): a decode step is latency-bound, several tokens' worth of a batched
-# forward (7 measured on SmolLM2-135M on one CPU; 37 on another, so the probe now times it).
-DECODE_TOKEN_COST = 8.0
-# A decode step of a batch of answers against one of a single row (the export generates GENERATION_BATCH answers at
-# once): the weights are read once a step and each more row adds its compute. SmolLM2-135M on 2 cores: 33 ms a step
-# at 1 row, 56 at 4, 104 at 16; priced one answer at a time, the LLM example's export was predicted at 168 s, took 105.
-GENERATION_ROW_COST = 0.15
-# The speed passes of a variant timed on a CPU the probe never measured (a GPU machine times every variant on its
-# CPU too): each of its shapes at most SPEED_SECONDS of timing after an untimed pass, taken as that bound.
-CPU_TIMING_SECONDS = 3 * SPEED_SECONDS
-# A CPU export scores with every core, the probe timed a trial's cpus_per_trial: speed grows with the ratio (2.05x
-# from 1 to 2 threads, the quickstart's MiniLM) up to this many times (small matrices stop feeding more threads).
-EXPORT_THREADS_CAP = 4.0
 
 
 def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], test_rows: int, seq_len: int,
@@ -95,7 +54,7 @@ def export_steps(config: SweepConfig, combinations: list[CombinationTimes], test
     answer_seconds = generation_seconds(answers, seq_len // 2, token_seconds)  # a reply: half a row
     steps = {REFERENCES: _reference_passes(config, per_pass + test_pass + answer_seconds)}
     for variant in dict.fromkeys(variants):
-        slowdown = VARIANT_SLOWDOWN.get(variant, 2.0)
+        slowdown = VARIANT_SLOWDOWN.get(variant, UNKNOWN_VARIANT_SLOWDOWN)
         seconds = per_pass + slowdown * (test_pass + speed_pass_seconds(row_seconds, seq_len, task, token_seconds))
         seconds += CPU_TIMING_SECONDS * timed_on_cpu_too
         if variant == "onnx-int8":

@@ -75,7 +75,7 @@ def note(known: dict[str, float]) -> str:
     """The plan's line saying which steps a measured ratio corrected, and by how much."""
     by_step = ", ".join(f"{step} x{ratio:.2f}" for step, ratio in known.items())
     return (f"export estimate corrected by this machine's last export of these candidates ({by_step}: its seconds "
-            "over the rules' prediction; search/probe/export_calibration.py)")
+            "over the rules' prediction; search/budget/export_calibration.py)")
 
 
 def learn(plan: dict[str, Any] | None, seconds: dict[str, float], not_made: dict[str, str],

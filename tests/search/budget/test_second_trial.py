@@ -1,12 +1,12 @@
 """A plan that starts one trial searches nothing: it says so before anything trains, with the budget that would
-start a second one (search/probe/second_trial.py)."""
+start a second one (search/budget/second_trial.py)."""
 
 from __future__ import annotations
 
 import re
 
-from finesweep.search.probe import plan as planning
-from finesweep.search.probe.second_trial import one_trial_warning
+from finesweep.search.budget import plan as planning
+from finesweep.search.budget.second_trial import one_trial_warning
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
 
@@ -27,9 +27,13 @@ def _config(minutes: float, **search) -> SweepConfig:
                    "time_budget_minutes": minutes, **search}})
 
 
-def _plan_for(config: SweepConfig):
-    return planning.plan_search(config, {"slow": _probe("slow")}, validation_rows=80, test_rows=40, seq_len=64,
+def _inputs(config: SweepConfig):
+    return planning.plan_inputs(config, {"slow": _probe("slow")}, validation_rows=80, test_rows=40, seq_len=64,
                                 concurrency=1, train_rows=400)
+
+
+def _plan_for(config: SweepConfig):
+    return planning.search_plan(config, _inputs(config))
 
 
 def test_a_budget_for_one_trial_says_the_search_compares_nothing_and_what_would_pay_for_a_second():
@@ -38,7 +42,7 @@ def test_a_budget_for_one_trial_says_the_search_compares_nothing_and_what_would_
     config = _config(2)
     plan = _plan_for(config)
     assert plan.num_trials == 1
-    warning = one_trial_warning(config, _plan_for, plan)
+    warning = one_trial_warning(config, _inputs(config), plan)
     assert warning.startswith("the budget pays for one trial, the baseline's (search.baseline), so the search "
                               "compares nothing and the export is the recipe a user would run, trained further. About ")
     minutes = float(re.search(r"search.time_budget_minutes ([0-9.]+)", warning).group(1))
@@ -47,11 +51,11 @@ def test_a_budget_for_one_trial_says_the_search_compares_nothing_and_what_would_
     assert f"search.exploit.share, now {plan.exploit_share:.2f}" in warning
     without = _config(2, baseline="off")
     assert "one trial, the space's centre, so the search compares nothing." in one_trial_warning(
-        without, _plan_for, _plan_for(without))
+        without, _inputs(without), _plan_for(without))
 
 
 def test_no_warning_where_a_second_trial_starts_or_the_file_asks_for_one():
     roomy = _config(30)
-    assert _plan_for(roomy).num_trials >= 2 and one_trial_warning(roomy, _plan_for, _plan_for(roomy)) is None
+    assert _plan_for(roomy).num_trials >= 2 and one_trial_warning(roomy, _inputs(roomy), _plan_for(roomy)) is None
     single = _config(2, num_trials=1)
-    assert one_trial_warning(single, _plan_for, _plan_for(single)) is None, "one trial is what the file asked for"
+    assert one_trial_warning(single, _inputs(single), _plan_for(single)) is None, "one trial is what the file asked for"

@@ -1,8 +1,8 @@
-"""Under a time limit the export is kept near a third of what the limit leaves (search/probe/export_fit.py)."""
+"""Under a time limit the export is kept near a third of what the limit leaves (search/budget/export_fit.py)."""
 
 from __future__ import annotations
 
-from finesweep.search.probe.export_fit import fit_export
+from finesweep.search.budget.export_fit import fit_export
 from finesweep.spaces import SweepConfig
 
 

@@ -16,26 +16,26 @@ from typing import TYPE_CHECKING
 from finesweep.spaces.search_config import SearchConfig
 
 if TYPE_CHECKING:
-    from finesweep.search.probe.plan import CombinationTimes
+    from finesweep.search.budget.plan import CombinationTimes
 
 # Told by its value, not by fields set: the config reaches the plan re-validated from a dump, every field set.
 DEFAULT_EVAL_EVERY_STEPS = SearchConfig.model_fields["eval_every_steps"].default
 
 
-def planned_cadence(search: SearchConfig, combinations: list[CombinationTimes],
-                    trial_start_seconds: float) -> tuple[SearchConfig, list[str]]:
-    """`search` with eval_every_steps lowered where the default lets no trial of the slowest combination evaluate
-    twice in the trials' share (search.exploration_seconds), and the plan's notes (none where it stands)."""
-    every, trials = search.eval_every_steps, search.exploration_seconds
-    if not trials or every != DEFAULT_EVAL_EVERY_STEPS:
-        return search, []
+def planned_cadence(every: int, trials_seconds: float | None,
+                    combinations: list[CombinationTimes]) -> tuple[int, list[str]]:
+    """The file's eval_every_steps (`every`), lowered where the default lets no trial of the slowest combination
+    evaluate twice in the trials' `trials_seconds`, and the plan's notes (none where it stands)."""
+    if not trials_seconds or every != DEFAULT_EVAL_EVERY_STEPS:
+        return every, []
+    start = max(c.start_seconds for c in combinations)
     slowest = max(combinations, key=lambda c: c.period_seconds(every))
-    if trial_start_seconds + 2 * slowest.period_seconds(every) <= trials or slowest.seconds_per_step <= 0:
-        return search, []
-    room = (trials - trial_start_seconds) / 2 - slowest.seconds_per_evaluation
+    if start + 2 * slowest.period_seconds(every) <= trials_seconds or slowest.seconds_per_step <= 0:
+        return every, []
+    room = (trials_seconds - start) / 2 - slowest.seconds_per_evaluation
     fits = max(1, math.floor(room / slowest.seconds_per_step))
     if fits >= every:
-        return search, []
-    return (search.model_copy(update={"eval_every_steps": fits}),
-            [f"search.eval_every_steps {every} -> {fits}: at {every} steps ({slowest.period_seconds(every):.0f} s with "
-            f"its evaluation) a trial of {slowest.key} would not evaluate twice in the trials' {trials:.0f} s"])
+        return every, []
+    return fits, [f"search.eval_every_steps {every} -> {fits}: at {every} steps ({slowest.period_seconds(every):.0f} s "
+                  f"with its evaluation) a trial of {slowest.key} would not evaluate twice in the trials' "
+                  f"{trials_seconds:.0f} s"]

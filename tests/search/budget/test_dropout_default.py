@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from finesweep.search.probe import plan as planning
-from finesweep.search.probe.dropout_default import NO_DROPOUT_MAX_PASSES, planned_passes, resolve_dropout
+from finesweep.search.budget import plan as planning
+from finesweep.search.budget.dropout_default import NO_DROPOUT_MAX_PASSES, planned_passes, resolve_dropout
 from finesweep.spaces import SweepConfig
-from tests.search.probe.test_plan import probe
+from tests.search.budget.test_plan import probe
 
 
 def _config(space: dict | None = None, **search) -> SweepConfig:
@@ -53,7 +53,7 @@ def test_without_a_time_budget_auto_counts_a_trials_max_steps_at_the_largest_bat
 def test_a_dropout_the_file_sets_is_kept_and_not_explained(written, kept):
     config = _config({"dropout": written}, time_budget_minutes=5)
     resolved, note = resolve_dropout(config, [], 7_200)
-    assert resolved is config and note == ""
+    assert resolved is config.space.dropout and note == ""
     applied = planning.apply(config, _planned(config, 7_200))
     assert applied.space.dropout == (config.space.dropout if isinstance(written, dict) else kept)
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from finesweep.search.probe.exploit_share import budget_passes
+from finesweep.search.budget.winner import budget_passes
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.space_config import AUTO_DROPOUT
 
 if TYPE_CHECKING:
-    from finesweep.search.probe.plan import CombinationTimes
+    from finesweep.search.budget.plan import CombinationTimes
 
 # Passes over the training split up to which auto trains without dropout (the measured one and two epochs).
 NO_DROPOUT_MAX_PASSES = 2.0
@@ -45,11 +45,11 @@ def planned_passes(config: SweepConfig, combinations: list[CombinationTimes], tr
 
 
 def resolve_dropout(config: SweepConfig, combinations: list[CombinationTimes],
-                    train_rows: int) -> tuple[SweepConfig, str]:
-    """`config` with space.dropout auto resolved (0.0, or None for the checkpoint's own), and the plan's sentence
-    that says which and why (empty where the file set the dropout)."""
+                    train_rows: int) -> tuple[float | None, str]:
+    """space.dropout with auto resolved (0.0, or None for the checkpoint's own), and the plan's sentence that says
+    which and why (empty where the file set the dropout)."""
     if config.space.dropout != AUTO_DROPOUT:
-        return config, ""
+        return config.space.dropout, ""
     passes = planned_passes(config, combinations, train_rows)
     if passes is None:
         rate, words = None, "the checkpoint's own (auto: the passes over the training split are not known)"
@@ -59,5 +59,4 @@ def resolve_dropout(config: SweepConfig, combinations: list[CombinationTimes],
     else:
         rate, words = None, (f"the checkpoint's own (auto: the budget pays for {passes:.1f} passes over the training "
                              f"split, more than {NO_DROPOUT_MAX_PASSES:g}: its regularisation may matter)")
-    space = config.space.model_copy(update={"dropout": rate})
-    return config.model_copy(update={"space": space}), f"dropout {words}; the baseline keeps the checkpoint's"
+    return rate, f"dropout {words}; the baseline keeps the checkpoint's"

@@ -1,4 +1,4 @@
-"""The search in simulated time (search/probe/plan.py runs it): trials of random quality take the combinations in
+"""The search in simulated time (search/budget/plan.py runs it): trials of random quality take the combinations in
 turn, ASHA stops them at its rungs exactly as Ray does, the budget ends what runs. Pure."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ import math
 import random
 from dataclasses import dataclass
 
-# Fixed cost the probe does not measure, from this project's CPU runs (benchmarks/README.md compares the plan's
-# predicted end with the real one). A trial starts: a Ray worker, transformers' import, the model and the splits.
-TRIAL_START_SECONDS = 10.0
+from finesweep.search.budget.measured import TRIAL_START_SECONDS
+
 
 
 @dataclass

@@ -4,33 +4,26 @@ its baseline alone and ended "the search found nothing better", having compared 
 
 from __future__ import annotations
 
-from typing import Callable
+import math
 
-from finesweep.search.probe.plan import SearchPlan
+from finesweep.search.budget.plan import PlanInputs, SearchPlan, search_plan
 from finesweep.spaces import SweepConfig
 
-# The search budgets tried for a second trial: the planned one times GROWTH, GROWTH^2, ... up to MAX_FACTOR. The plan
-# is a millisecond's arithmetic, so re-planning a few dozen times costs nothing beside the probe.
+# The search budgets tried for a second trial: the planned one times GROWTH^k, up to MAX_FACTOR.
 GROWTH, MAX_FACTOR = 1.1, 16.0
 
 
-def one_trial_warning(config: SweepConfig, plan_for: Callable[[SweepConfig], SearchPlan | None],
-                      plan: SearchPlan) -> str | None:
+def one_trial_warning(config: SweepConfig, inputs: PlanInputs, plan: SearchPlan) -> str | None:
     """The warning for a time-budgeted plan that starts one trial where the file asks for more (None otherwise):
-    what that one trial is, and about how many more seconds of search budget a second trial needs, found by
-    planning the same sweep at growing budgets."""
+    what that one trial is, and about how many more seconds of search budget a second trial needs
+    (second_trial_budget)."""
     search = config.search
     if plan.num_trials != 1 or search.num_trials < 2 or not search.fit_to_budget or not search.time_budget_minutes:
         return None
     alone = (", the baseline's (search.baseline), so the search compares nothing and the export is the recipe a user "
              "would run, trained further" if search.baseline != "off" else
              ", the space's centre, so the search compares nothing")
-    minutes, needed = search.time_budget_minutes, None
-    while needed is None and minutes < MAX_FACTOR * search.time_budget_minutes:
-        minutes *= GROWTH
-        larger = config.model_copy(update={"search": search.model_copy(update={"time_budget_minutes": minutes})})
-        if (replanned := plan_for(larger)) is not None and replanned.num_trials >= 2:
-            needed = minutes
+    needed = second_trial_budget(config, inputs)
     more = (f"About {(needed - search.time_budget_minutes) * 60:.0f} s more for the search (search.time_budget_minutes "
             f"{needed:.3g}, or a time limit that much longer) pays for a second trial"
             if needed else f"Not even {MAX_FACTOR:g} times this budget pays for a second trial here")
@@ -38,3 +31,21 @@ def one_trial_warning(config: SweepConfig, plan_for: Callable[[SweepConfig], Sea
         more += (", and so may a smaller share for the winner's further training (search.exploit.share, now "
                  f"{plan.exploit_share:.2f})")
     return f"the budget pays for one trial{alone}. {more}."
+
+
+def second_trial_budget(config: SweepConfig, inputs: PlanInputs) -> float | None:
+    """The least search budget (minutes) of the grid budget x GROWTH^k that the plan starts two trials in (None: not
+    even MAX_FACTOR times the budget): a bisection over k, as more budget starts no fewer trials."""
+    minutes = config.search.time_budget_minutes
+
+    def starts_two(k: int) -> bool:
+        search = config.search.model_copy(update={"time_budget_minutes": minutes * GROWTH ** k})
+        return search_plan(config.model_copy(update={"search": search}), inputs).num_trials >= 2
+
+    low, high = 0, math.floor(math.log(MAX_FACTOR) / math.log(GROWTH))
+    if not starts_two(high):
+        return None
+    while high - low > 1:  # starts_two(high) holds, starts_two(low) does not
+        middle = (low + high) // 2
+        low, high = (low, middle) if starts_two(middle) else (middle, high)
+    return minutes * GROWTH ** high

@@ -1,4 +1,4 @@
-"""The export's estimate corrected by this machine's own exports (search/probe/export_calibration.py): what an export
+"""The export's estimate corrected by this machine's own exports (search/budget/export_calibration.py): what an export
 teaches, what the next plan does with it, and what the key tells apart."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from finesweep.search.probe import export_calibration as calibration
+from finesweep.search.budget import export_calibration as calibration
 from finesweep.spaces import SweepConfig
 
 DEVICE = ["cpu", "AMD EPYC [avx2]", 24 * 2**30]
@@ -76,11 +76,11 @@ def test_the_key_tells_models_devices_and_threads_apart_but_not_a_models_name(tm
 
 
 def test_the_plan_multiplies_the_measured_steps_and_says_so():
-    from tests.search.probe.test_plan import _config as plan_config
-    from tests.search.probe.test_plan import _plan as make_plan
-    from tests.search.probe.test_plan import probe
+    from tests.search.budget.test_plan import _config as plan_config
+    from tests.search.budget.test_plan import _plan as make_plan
+    from tests.search.budget.test_plan import probe
 
-    from finesweep.search.probe import plan as planning
+    from finesweep.search.budget import plan as planning
 
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
     rules = make_plan(plan_config(), probes)
@@ -92,7 +92,7 @@ def test_the_plan_multiplies_the_measured_steps_and_says_so():
     assert corrected.to_dict()["export_calibration"] == corrected.export_calibration
     assert [line for line in corrected.notes if line.startswith("export estimate corrected")] == [
         "export estimate corrected by this machine's last export of these candidates (int8 x0.50: its seconds over "
-        "the rules' prediction; search/probe/export_calibration.py)"]
+        "the rules' prediction; search/budget/export_calibration.py)"]
     assert not any("export estimate corrected" in line for line in rules.notes)
 
 

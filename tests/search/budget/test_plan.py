@@ -1,4 +1,4 @@
-"""The search planned from the probe's speeds (search/probe/plan.py): ASHA's rungs as Ray lays them out, the
+"""The search planned from the probe's speeds (search/budget/plan.py): ASHA's rungs as Ray lays them out, the
 simulated search, the trial length a budget pays for, and the plan of a whole sweep file."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from finesweep.search.probe import export_time
-from finesweep.search.probe import plan as planning
-from finesweep.search.probe.padding import ANCHORS, length_grouped_megabatch, padded_fraction
-from finesweep.search.probe.plan import CombinationTimes, Lane, asha_milestones, planned_schedule, simulate
+from finesweep.search.budget import export_time
+from finesweep.search.budget import plan as planning
+from finesweep.search.budget.padding import ANCHORS, length_grouped_megabatch, padded_fraction
+from finesweep.search.budget.plan import CombinationTimes, Lane, asha_milestones, simulate
+from finesweep.search.budget.schedule import BUDGET_MARGIN, planned_schedule
 from finesweep.search.probe.table import ProbeResult
 from finesweep.search.tuning import ray_compat
 from finesweep.spaces import Quantization, SweepConfig, Task, parse_duration
@@ -130,7 +131,7 @@ def test_the_periods_stretch_to_fill_the_budget_but_never_past_max_steps():
     schedule = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=395.0,
                                 step_budget=None, concurrency=2)
     assert schedule.evaluations == 12 and "stretched" in schedule.notes[0]
-    assert START + 12 * schedule.period_seconds == pytest.approx(395.0 * (1 - planning.BUDGET_MARGIN))
+    assert START + 12 * schedule.period_seconds == pytest.approx(395.0 * (1 - BUDGET_MARGIN))
     # 1 period of 30 s fits in 69 s; filling 95% of it would train fast 111 steps, past max_steps (100): the
     # stretch stops where fast trains exactly those.
     capped = planned_schedule([fast], max_steps=100, eval_every_steps=50, time_budget=69.0,
@@ -149,7 +150,7 @@ def test_with_one_trial_at_a_time_a_trial_takes_half_the_budget_so_that_two_are_
     one = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=600.0, step_budget=None,
                            concurrency=1)
     assert one.evaluations == int((300 - START) // 30.0)
-    assert START + one.evaluations * one.period_seconds == pytest.approx(300 * (1 - planning.BUDGET_MARGIN))
+    assert START + one.evaluations * one.period_seconds == pytest.approx(300 * (1 - BUDGET_MARGIN))
     assert "inside its room of 50% of the trials' budget (with 1 trial at a time, so that 2 trials are compared): " \
            "300 s" in one.notes[0]
     two = planned_schedule([fast, slow], max_steps=2000, eval_every_steps=50, time_budget=600.0, step_budget=None,
@@ -162,7 +163,7 @@ def test_with_one_trial_at_a_time_a_trial_takes_half_the_budget_so_that_two_are_
     alone = planned_schedule([slow], max_steps=400, eval_every_steps=50, time_budget=200.0, step_budget=None,
                              concurrency=1)
     assert alone.evaluations == 1 and "room" not in alone.notes[0] and "the budget" in alone.notes[0]
-    assert START + alone.period_seconds == pytest.approx(200.0 * (1 - planning.BUDGET_MARGIN))
+    assert START + alone.period_seconds == pytest.approx(200.0 * (1 - BUDGET_MARGIN))
 
 
 def test_a_plan_with_one_trial_at_a_time_starts_more_than_the_baseline():
@@ -204,8 +205,12 @@ def _config(**search) -> SweepConfig:
     })
 
 
+def _inputs(config: SweepConfig, probes: dict[str, ProbeResult]):
+    return planning.plan_inputs(config, probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2)
+
+
 def _plan(config: SweepConfig, probes: dict[str, ProbeResult]):
-    return planning.plan_search(config, probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2)
+    return planning.search_plan(config, _inputs(config, probes))
 
 
 def test_a_sweep_without_budget_keeps_its_length_and_trials_and_predicts_their_time():
@@ -243,7 +248,7 @@ def test_a_time_budget_allots_each_combination_the_same_seconds_and_counts_the_t
     # small: 50 steps of 24 samples at 48/s and 80 rows at 40/s = 27 s; as many as fit after a trial's start,
     # stretched so that they fill the budget but its margin: the period of every trial.
     assert plan.evaluations == int((300 - START) // 27.0) == plan.max_steps // 50
-    filled = 300 * (1 - planning.BUDGET_MARGIN)
+    filled = 300 * (1 - BUDGET_MARGIN)
     assert plan.period_seconds == pytest.approx((filled - START) / plan.evaluations) and plan.period_seconds > 27.0
     period = plan.period_seconds
     assert plan.samples_per_evaluation == {"small": round((period - 2.0) * 48.0), "big": round((period - 2.0) * 24.0)}
@@ -265,7 +270,7 @@ def test_the_winners_share_of_a_time_budget_is_not_the_trials_and_the_plan_shows
     assert config.search.exploration_seconds == pytest.approx(180)
     plan = _plan(config, probes)
     small = next(c for c in plan.combinations if c.key == "small")
-    assert plan.trial_seconds(small) == pytest.approx(180 * (1 - planning.BUDGET_MARGIN), abs=1)
+    assert plan.trial_seconds(small) == pytest.approx(180 * (1 - BUDGET_MARGIN), abs=1)
     assert plan.exploitation_seconds == pytest.approx(120)
     assert plan.search_seconds == pytest.approx(planning.RAY_START_SECONDS + plan.simulated.seconds + 120)
     assert plan.simulated.seconds <= 180
@@ -416,7 +421,7 @@ def test_eval_speed_not_measured_is_taken_as_a_forward_pass_faster_than_training
 
 
 def test_nothing_measured_gives_no_plan():
-    assert _plan(_config(), {"big": probe("big", "fp32", 24.0, too_slow="far slower")}) is None
+    assert _inputs(_config(), {"big": probe("big", "fp32", 24.0, too_slow="far slower")}) is None
 
 
 def test_a_batch_padded_to_its_longest_row_is_timed_at_that_length_not_the_probes_full_one():
@@ -622,14 +627,14 @@ def test_a_cpu_export_scores_the_test_split_with_every_core_where_the_probe_time
 def test_a_time_limit_gives_the_search_what_the_data_probe_and_export_leave():
     """search.time_limit 10m with 40 s gone on data and probe: the search's budget is the rest less the export's
     estimate and the command's overhead, and the plan says how the limit was divided."""
-    from finesweep.search import measure
+    from finesweep.search.budget import limit
 
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
     config = _config(time_limit="10m", num_trials=50, max_steps=2000)
-    budgeted, division = measure.within_limit(config, lambda c: _plan(c, probes), 600, elapsed=40)
+    budgeted, division = limit.within_limit(config, _inputs(config, probes), 600, elapsed=40)
     export = _plan(budgeted, probes).export_seconds
     assert budgeted.search.time_limit is None  # the derived budget replaces it: trials and resume read the budget
-    spare = measure.EXPORT_ESTIMATE_MARGIN * export + measure.LIMIT_OVERHEAD_SECONDS
+    spare = limit.EXPORT_ESTIMATE_MARGIN * export + limit.LIMIT_OVERHEAD_SECONDS
     assert budgeted.search.time_budget_minutes * 60 == pytest.approx(600 - 40 - export - spare)
     assert division.startswith("the time limit 10m (600 s) divided: data and probe 40 s, search ")
     assert f"export {export:.0f} s (predicted)" in division
@@ -638,7 +643,7 @@ def test_a_time_limit_gives_the_search_what_the_data_probe_and_export_leave():
 def test_an_equal_time_baseline_is_planned_as_the_searchs_time_again_and_a_time_limit_pays_for_it():
     """search.baseline.budget equal: the plan shows the doubled cost before anything starts, and under a time limit
     the search gets half of what the data, the probe and the export leave, the other half the equal-time run."""
-    from finesweep.search import measure
+    from finesweep.search.budget import limit
 
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
     trial = _plan(_config(time_budget_minutes=6), probes)
@@ -649,9 +654,9 @@ def test_an_equal_time_baseline_is_planned_as_the_searchs_time_again_and_a_time_
     assert equal.predicted_seconds == pytest.approx(trial.predicted_seconds + equal.equal_time_seconds)
     assert any("search.baseline.budget: equal" in note for note in equal.notes)
     config = _config(time_limit="10m", num_trials=50, max_steps=2000, baseline={"budget": "equal"})
-    budgeted, division = measure.within_limit(config, lambda c: _plan(c, probes), 600, elapsed=40)
+    budgeted, division = limit.within_limit(config, _inputs(config, probes), 600, elapsed=40)
     export = _plan(budgeted, probes).export_seconds
-    spare = measure.EXPORT_ESTIMATE_MARGIN * export + measure.LIMIT_OVERHEAD_SECONDS
+    spare = limit.EXPORT_ESTIMATE_MARGIN * export + limit.LIMIT_OVERHEAD_SECONDS
     search = budgeted.search.time_budget_minutes * 60
     assert search == pytest.approx((600 - 40 - export - spare - START) / 2)
     planned = _plan(budgeted, probes)
@@ -660,17 +665,17 @@ def test_an_equal_time_baseline_is_planned_as_the_searchs_time_again_and_a_time_
 
 
 def test_a_time_limit_that_cannot_pay_for_one_trial_is_refused_before_training_with_what_would_fit():
-    from finesweep.search import measure
+    from finesweep.search.budget import limit
     from finesweep.spaces import SweepFileError
 
     probes = {"big": probe("big", "fp32", 24.0)}
     config = _config(time_limit="90s")
     with pytest.raises(SweepFileError) as refused:
-        measure.within_limit(config, lambda c: _plan(c, probes), 90, elapsed=60)
+        limit.within_limit(config, _inputs(config, probes), 90, elapsed=60)
     text = str(refused.value)
     assert text.startswith("search.time_limit 90s: the data and the probe took 60 s")
     needed = float(text.split("Raise the limit to at least ")[1].split("s,")[0])
-    budgeted, _ = measure.within_limit(config, lambda c: _plan(c, probes), needed + 1, elapsed=60)
+    budgeted, _ = limit.within_limit(config, _inputs(config, probes), needed + 1, elapsed=60)
     assert budgeted.search.time_budget_minutes > 0  # the limit the error names is enough
 
 

@@ -1,0 +1,315 @@
+"""The search planned from the probe's measurements, before any trial trains.
+
+From each combination's measured samples/s (training at its micro-batch, and forward-only for evaluation) the plan
+knows what an evaluation period costs: `eval_every_steps` optimizer steps at the space's mean effective batch plus
+one pass over the validation split. It divides the budget between the trials and the winner (winner.py), lays out
+the trials' schedule in their part (schedule.py), then simulates the search (ASHA's rungs and cut-off exactly as
+Ray applies them, trials of random quality, `max_concurrent_trials` at once, the budget) to count the trials that
+can start and evaluate in it, which become num_trials (never raised), so TPE's random start-up is sized for the
+trials that will really run. The simulation also predicts the search's seconds; with the export's estimate
+(export_time.py), the end time printed before the search. Pure: no Ray, no MLflow, no model loaded.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from finesweep.search.budget.dropout_default import resolve_dropout
+from finesweep.search.budget.export_calibration import calibrated
+from finesweep.search.budget.export_calibration import note as calibration_note
+from finesweep.search.budget.export_time import export_steps
+from finesweep.search.budget.padding import length_grouped_megabatch, padded_fraction
+from finesweep.search.budget.schedule import trials_schedule
+from finesweep.search.budget.measured import (FORWARD_SPEEDUP, RAY_START_SECONDS, SMALL_MODEL_LOAD_SECONDS,
+                                              TRIAL_START_SECONDS)
+from finesweep.search.budget.simulate import Lane, Simulated, asha_milestones, simulate
+from finesweep.search.budget.winner import Split, passes_cap_words, winner_share
+from finesweep.search.probe.table import ProbeResult, attempt_speed
+from finesweep.spaces import SweepConfig
+from finesweep.spaces.search_config import SearchConfig
+from finesweep.spaces.space_config import AUTO_DROPOUT
+
+SIMULATIONS = 31  # seeded runs of the search; the plan reports their median
+
+
+@dataclass(frozen=True)
+class CombinationTimes:
+    """What one model, precision and method costs per step and per evaluation, as the probe measured it."""
+
+    key: str
+    samples_per_second: float  # training, at the micro-batch the trials use
+    eval_samples_per_second: float
+    seconds_per_step: float  # one optimizer step at the space's mean effective batch
+    seconds_per_evaluation: float  # one pass over the validation split
+    decode_seconds_per_token: float = 0.0  # a causal LM's greedy decoding at batch 1, as the probe measured it
+    weight_bytes: int = 0  # the model's float32 weights, as the probe counted them (0: an older cache's answer)
+    start_seconds: float = TRIAL_START_SECONDS  # from a trial's launch to its first step
+
+    def period_seconds(self, eval_every_steps: int) -> float:
+        """One evaluation period: the steps between two evaluations and the evaluation."""
+        return eval_every_steps * self.seconds_per_step + self.seconds_per_evaluation
+
+    @property
+    def mean_batch(self) -> float:
+        """The space's mean effective batch, in which seconds_per_step is counted."""
+        return self.samples_per_second * self.seconds_per_step
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """What the plan decided, why, and what it predicts."""
+
+    combinations: list[CombinationTimes]
+    eval_every_steps: int
+    max_steps: int
+    requested_max_steps: int
+    num_trials: int
+    requested_num_trials: int
+    concurrency: int
+    budget: str  # in words
+    search_seconds: float  # predicted, Ray's start included
+    export_steps: dict[str, float]  # predicted, by step (search/budget/export_time.py::export_steps)
+    simulated: Simulated  # the median run of the search with the planned settings
+    notes: list[str] = field(default_factory=list)
+    period_seconds: float | None = None  # allotted in time: every evaluation period lasts this long
+    samples_per_evaluation: dict[str, int] = field(default_factory=dict)  # per combination, when allotted in time
+    exploitation_seconds: float = 0.0  # after the trials, the winner trains this long (search.exploit)
+    exploit_share: float | None = None  # search.exploit.share as planned (auto resolved)
+    dropout: Any = AUTO_DROPOUT  # space.dropout as planned (auto resolved: search/budget/dropout_default.py)
+    export_calibration: dict[str, Any] = field(default_factory=dict)  # key, ratios applied (export_calibration.py)
+    # search.baseline.budget equal: after the search, the baseline recipe trains again for as long as the export
+    # trained (search/tuning/equal_time.py); at most the search's budget, which is what this predicts.
+    equal_time_seconds: float = 0.0
+
+    def steps_per_evaluation(self, times: CombinationTimes) -> float:
+        """Optimizer steps between evaluations at the space's mean effective batch."""
+        if times.key in self.samples_per_evaluation:
+            return self.samples_per_evaluation[times.key] / times.mean_batch
+        return self.eval_every_steps
+
+    def trial_steps(self, times: CombinationTimes) -> int:
+        return round(self.evaluations * self.steps_per_evaluation(times))
+
+    def period(self, times: CombinationTimes) -> float:
+        """Seconds from one evaluation to the next: the steps between them and the evaluation."""
+        return self.steps_per_evaluation(times) * times.seconds_per_step + times.seconds_per_evaluation
+
+    def trial_seconds(self, times: CombinationTimes) -> float:
+        return times.start_seconds + self.evaluations * self.period(times)
+
+    @property
+    def evaluations(self) -> int:
+        return self.max_steps // self.eval_every_steps
+
+    @property
+    def export_seconds(self) -> float:
+        return sum(self.export_steps.values())
+
+    @property
+    def predicted_seconds(self) -> float:
+        """Seconds from the search's start to the end of the export."""
+        return self.search_seconds + self.equal_time_seconds + self.export_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_steps": self.max_steps, "requested_max_steps": self.requested_max_steps,
+                "num_trials": self.num_trials, "requested_num_trials": self.requested_num_trials,
+                "eval_every_steps": self.eval_every_steps, "concurrency": self.concurrency, "budget": self.budget,
+                "search_seconds": round(self.search_seconds, 1), "export_seconds": round(self.export_seconds, 1),
+                "export_steps": {step: round(seconds, 1) for step, seconds in self.export_steps.items()},
+                "export_calibration": self.export_calibration,
+                "exploration_seconds": round(self.search_seconds - self.exploitation_seconds, 1),
+                "exploitation_seconds": round(self.exploitation_seconds, 1), "exploit_share": self.exploit_share,
+                "equal_time_seconds": round(self.equal_time_seconds, 1),
+                "simulated": vars(self.simulated), "notes": self.notes, "period_seconds": self.period_seconds,
+                "samples_per_evaluation": self.samples_per_evaluation,
+                "combinations": {c.key: {"samples_per_second": round(c.samples_per_second, 2),
+                                         "seconds_per_step": round(c.seconds_per_step, 4),
+                                         "seconds_per_evaluation": round(c.seconds_per_evaluation, 2),
+                                         "steps_per_trial": self.trial_steps(c),
+                                         "start_seconds": round(c.start_seconds, 1),
+                                         "trial_seconds": round(self.trial_seconds(c), 1)}
+                                 for c in self.combinations}}
+
+
+def combination_times(probes: dict[str, ProbeResult], effective_batches: list[int], validation_rows: int,
+                      lengths: dict[str, dict[str, float]] | None = None, train_rows: int = 0,
+                      grouped: bool = False) -> list[CombinationTimes]:
+    """Per combination the probe could train, its cost per step (at the space's mean effective batch: the sampler
+    spreads the trials over the listed sizes) and per evaluation. With the data's token `lengths` (percentiles per
+    model) the probe's full-length speeds are scaled to the trials' padded batches (search/budget/padding.py):
+    random ones, or `grouped` by length from the `train_rows` and validation_rows."""
+    mean_batch = statistics.fmean(effective_batches)
+    times = []
+    for key, result in sorted(probes.items()):
+        speed = result.samples_per_second
+        if speed <= 0 or result.too_slow:
+            continue
+        eval_speed = _eval_samples_per_second(result) or FORWARD_SPEEDUP * speed
+        if lengths and result.model in lengths:
+            step_rows = max(result.micro_batch, round(mean_batch))
+            eval_batch = result.eval_batch_size or result.micro_batch  # what a trial evaluates with
+            train_sorted = length_grouped_megabatch(train_rows, step_rows) if grouped and train_rows else None
+            eval_sorted = length_grouped_megabatch(validation_rows, eval_batch) if grouped and validation_rows else None
+            speed /= padded_fraction(lengths[result.model], result.micro_batch, result.seq_len, train_sorted)
+            eval_speed /= padded_fraction(lengths[result.model], eval_batch, result.seq_len, eval_sorted)
+        start = TRIAL_START_SECONDS + max(result.load_seconds - SMALL_MODEL_LOAD_SECONDS, 0.0)
+        times.append(CombinationTimes(key, speed, eval_speed, mean_batch / speed, validation_rows / eval_speed,
+                                      result.decode_seconds_per_token, result.weight_bytes, start))
+    return times
+
+
+def _eval_samples_per_second(result: ProbeResult) -> float:
+    return max((attempt_speed(a) for a in result.attempts if a.get("mode") == "eval" and not a.get("error")),
+               default=0.0)
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What the plan is computed from besides the sweep file: the probe's combination times and the counts and
+    settings of this machine and data the export's estimate needs."""
+
+    combinations: list[CombinationTimes]
+    concurrency: int
+    train_rows: int
+    test_rows: int
+    seq_len: int
+    export_timed_on_cpu_too: bool = False  # see export_steps
+    export_thread_ratio: float = 1.0
+    export_calibration: dict[str, Any] | None = None  # this machine's key and measured ratios (export_calibration.py)
+
+
+def plan_inputs(config: SweepConfig, probes: dict[str, ProbeResult], *, validation_rows: int, test_rows: int,
+                seq_len: int, concurrency: int, lengths: dict[str, dict[str, float]] | None = None,
+                train_rows: int = 0, export_timed_on_cpu_too: bool = False, export_thread_ratio: float = 1.0,
+                export_calibration: dict[str, Any] | None = None) -> PlanInputs | None:
+    """The plan's inputs from the probe's answers; None when the probe measured no combination that trains.
+    `lengths`: the data's token-length percentiles per model, `train_rows`: the training split's (see
+    combination_times)."""
+    combinations = combination_times(probes, config.space.effective_batch_size, validation_rows, lengths,
+                                     train_rows, config.data.group_by_length)
+    if not combinations:
+        return None
+    return PlanInputs(combinations, concurrency, train_rows, test_rows, seq_len, export_timed_on_cpu_too,
+                      export_thread_ratio, export_calibration)
+
+
+def export_estimate(config: SweepConfig, inputs: PlanInputs) -> tuple[dict[str, float], dict[str, Any]]:
+    """The export's seconds by step (export_steps), multiplied by the ratios this machine's last export of these
+    candidates measured; and the key and the ratios applied, kept for the export to learn from (empty: none)."""
+    steps = export_steps(config, inputs.combinations, inputs.test_rows, inputs.seq_len, inputs.export_timed_on_cpu_too,
+                         inputs.export_thread_ratio)
+    if not inputs.export_calibration:
+        return steps, {}
+    applied = {step: ratio for step, ratio in inputs.export_calibration["ratios"].items() if step in steps}
+    return calibrated(steps, applied), {"key": inputs.export_calibration["key"], "ratios": applied}
+
+
+def budget_split(config: SweepConfig, inputs: PlanInputs) -> Split:
+    """The search's budget divided between the trials and the winner, with the trials' cadence and schedule in
+    their part (winner.py)."""
+    return winner_share(config.search, inputs.combinations, inputs.train_rows, config.data.task,
+                        config.space.effective_batch_size, inputs.concurrency)
+
+
+def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], **measured: Any) -> SearchPlan | None:
+    """The plan for this sweep from the probe's answers (plan_inputs' arguments); None when the probe measured no
+    combination that trains."""
+    inputs = plan_inputs(config, probes, **measured)
+    return search_plan(config, inputs) if inputs else None
+
+
+def search_plan(config: SweepConfig, inputs: PlanInputs) -> SearchPlan:
+    """The plan for this sweep, in order: the dropout auto resolves to, the budget's split between the trials and
+    the winner with the trials' schedule (budget_split), the export's estimate, the trials' number (trial_count),
+    and the seconds they predict. `config` is read, never written."""
+    search = config.search
+    dropout, dropout_note = resolve_dropout(config, inputs.combinations, inputs.train_rows)
+    split = budget_split(config, inputs)
+    budget = search.time_budget_minutes * 60 if search.time_budget_minutes else None
+    export, calibration = export_estimate(config, inputs)
+    laid_out = SearchPlan(inputs.combinations, split.eval_every_steps,
+                          split.schedule.evaluations * split.eval_every_steps, search.max_steps, search.num_trials,
+                          search.num_trials, inputs.concurrency, _budget_words(config), 0.0, export,
+                          Simulated(0.0, 0, 0, 0, 0), [], split.schedule.period_seconds, split.samples_per_evaluation,
+                          split.winner_seconds(budget), split.share, dropout, calibration)
+    num_trials, simulated, count_note = trial_count(laid_out, search, split.trials_seconds(budget))
+    search_seconds = RAY_START_SECONDS + simulated.seconds + laid_out.exploitation_seconds
+    equal_time = equal_time_seconds(search_seconds) if search.baseline_budget == "equal" else 0.0
+    notes = [*split.cadence_notes, *split.schedule.notes,
+             calibration_note(calibration["ratios"]) if calibration.get("ratios") else "", count_note, dropout_note,
+             split.spared_note, _split_words(config, split, budget, inputs.train_rows),
+             _equal_time_words(equal_time)]
+    return replace(laid_out, num_trials=num_trials, simulated=simulated, search_seconds=search_seconds,
+                   equal_time_seconds=equal_time, notes=[note for note in notes if note])
+
+
+def trial_count(plan: SearchPlan, search: SearchConfig, trials_seconds: float | None) -> tuple[int, Simulated, str]:
+    """The trials that can start and evaluate in their seconds (or the step budget), simulated SIMULATIONS times:
+    the file's num_trials, lowered to the most that started in any run where fewer fit (never raised); the median
+    run at that number; and the note where it was lowered."""
+    lanes = [Lane(plan.period(c), round(plan.steps_per_evaluation(c)), c.start_seconds) for c in plan.combinations]
+    asha = search.asha if search.scheduler == "asha" else None
+    milestones = asha_milestones(plan.evaluations, asha.grace_period, asha.reduction_factor) if asha else None
+
+    def runs(num_trials: int) -> list[Simulated]:
+        return [simulate(lanes, evaluations=plan.evaluations, num_trials=num_trials, concurrency=plan.concurrency,
+                         milestones=milestones, reduction_factor=asha.reduction_factor if asha else 1.0,
+                         time_budget=trials_seconds, step_budget=search.step_budget, seed=seed)
+                for seed in range(SIMULATIONS)]
+
+    num_trials, note = search.num_trials, ""
+    simulated = runs(num_trials)
+    # The most trials that started in any simulated run (fewer would idle when ASHA stops more than the median did).
+    can_start = max(run.started for run in simulated)
+    if search.fit_to_budget and (trials_seconds or search.step_budget) and can_start < num_trials:
+        note = (f"num_trials {num_trials} -> {can_start}: at most that many trials start and evaluate within the "
+                "budget (simulated), so TPE's random start-up is sized for them")
+        num_trials, simulated = can_start, runs(can_start)
+    return num_trials, sorted(simulated, key=lambda run: (run.seconds, run.started))[len(simulated) // 2], note
+
+
+def _split_words(config: SweepConfig, split: Split, budget: float | None, train_rows: int) -> str:
+    """The plan's sentence for the budget's split ("" where the winner gets no seconds)."""
+    winner = split.winner_seconds(budget)
+    if not winner:
+        return ""
+    exploit = config.search.exploit
+    return (f"the search's budget split: {split.trials_seconds(budget):.0f} s for the trials, then {winner:.0f} s for "
+            f"the winner (search.exploit.share {split.share:.2f}{split.share_words}; from its "
+            f"{'latest checkpoint' if exploit.start == 'checkpoint' else 'step 0'}, with every core"
+            f"{passes_cap_words(config.search, train_rows, config.data.task)})")
+
+
+def _equal_time_words(seconds: float) -> str:
+    if not seconds:
+        return ""
+    return (f"then up to {seconds:.0f} s for the baseline recipe trained again for as long as the export trained "
+            "(search.baseline.budget: equal): the gain at equal time costs the search's time twice")
+
+
+def equal_time_seconds(search_seconds: float) -> float:
+    """The equal-time baseline's seconds at most: the export's runs train within the search's budget (Ray's start
+    aside), and the run starts once more."""
+    return max(search_seconds - RAY_START_SECONDS, 0.0) + TRIAL_START_SECONDS
+
+
+def _budget_words(config: SweepConfig) -> str:
+    search = config.search
+    minutes = search.time_budget_minutes
+    # A budget the sweep file wrote (6.5 minutes) as written; one a time limit divided (5.03304 minutes) in seconds.
+    parts = [f"{minutes:g} minutes" if round(minutes, 2) == minutes else f"{minutes * 60:.0f} s"] if minutes else []
+    parts += [f"{search.step_budget} steps"] if search.step_budget else []
+    return " and ".join(parts) or "none"
+
+
+def apply(config: SweepConfig, plan: SearchPlan) -> SweepConfig:
+    """The config with the planned trial length, evaluation cadence and number of trials."""
+    exploit = config.search.exploit.model_copy(update={"share": plan.exploit_share}) \
+        if plan.exploit_share is not None else config.search.exploit
+    search = config.search.model_copy(update={"max_steps": plan.max_steps, "num_trials": plan.num_trials,
+                                              "eval_every_steps": plan.eval_every_steps, "exploit": exploit})
+    planned_space = plan.dropout != AUTO_DROPOUT
+    space = config.space.model_copy(update={"dropout": plan.dropout}) if planned_space else config.space
+    return config.model_copy(update={"search": search, "space": space})

@@ -1,0 +1,134 @@
+"""How long the trials train and how often they evaluate: the trials' schedule in their part of the budget.
+
+With a time budget that cannot pay for every combination's `max_steps`, the trials are allotted time, not steps
+(Hyperband's allocation in seconds): every evaluation period lasts what the fastest combination's does, a slower
+combination trains fewer samples in it, and a trial has as many periods as fit in the budget after its start
+(stretched to fill it but a margin), so whichever trial starts first trains to its full length and its
+learning-rate schedule ends inside the budget (a trial the budget cuts ends at its peak rate, undertrained), and
+ASHA compares trials at equal seconds. A step budget shortens the trials to what it pays for. Pure.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from finesweep.search.budget.measured import BUDGET_MARGIN
+from finesweep.spaces.search_config import SearchConfig
+
+if TYPE_CHECKING:
+    from finesweep.search.budget.plan import CombinationTimes
+
+TRIALS_COMPARED = 2  # the fewest trials a time budget's plan leaves room for: a search compares (see trial_room)
+
+
+@dataclass
+class Schedule:
+    """How long the trials train: evaluations per trial, and the seconds of each period when allotted in time."""
+
+    evaluations: int
+    period_seconds: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_every_steps: int,
+                     time_budget: float | None, step_budget: int | None, concurrency: int) -> Schedule:
+    """The trials' length. The file's max_steps when the budget pays for it with every combination; under a time
+    budget that does not, periods of the fastest combination's length (at least twice the longest evaluation, so
+    no combination spends more than half its time evaluating), as many as a trial started first fits after its
+    start in its room (trial_room: the budget, or half of it with one trial at a time), stretched to fill that room
+    (see _stretched); under a step budget, at most the steps it pays for."""
+    evaluations = max_steps // eval_every_steps
+    schedule = Schedule(evaluations)
+    if time_budget is not None:
+        slowest = max(combinations, key=lambda c: c.period_seconds(eval_every_steps))
+        start = max(c.start_seconds for c in combinations)
+        room, room_words = trial_room(time_budget, concurrency)
+        if start + evaluations * slowest.period_seconds(eval_every_steps) > room:
+            fastest = min(combinations, key=lambda c: c.period_seconds(eval_every_steps))
+            longest_evaluation = max(c.seconds_per_evaluation for c in combinations)
+            period = max(fastest.period_seconds(eval_every_steps), 2 * longest_evaluation)
+            if room < time_budget and room - start < period:  # two trials do not fit: one, with the whole budget
+                room, room_words = time_budget, ""
+            fits = int((room - start) // period)
+            why = (f"what {fastest.key} takes for {eval_every_steps} steps and its evaluation"
+                   if period == fastest.period_seconds(eval_every_steps) else
+                   f"twice the longest evaluation, {longest_evaluation:.0f} s")
+            stretched = _stretched(period, fastest, fits, evaluations, max_steps, room, start)
+            if stretched > period:
+                period = stretched
+                why += f", stretched to fill {'its room' if room_words else 'the budget'} but {BUDGET_MARGIN:.0%}"
+            schedule = Schedule(max(1, min(evaluations, fits)), period)
+            periods = f"{schedule.evaluations} evaluation period{'' if schedule.evaluations == 1 else 's'}"
+            inside = room_words or "the trials' budget of"
+            schedule.notes.append(
+                f"trials allotted time: {periods} of {period:.0f} s each ({why}), so a trial started first ends "
+                f"inside {inside} {room:.0f} s; {slowest.key} would take "
+                f"{slowest.period_seconds(eval_every_steps):.0f} s per {eval_every_steps} steps, and trains fewer "
+                "steps in the same time")
+            if fits < 1:
+                schedule.notes.append(f"the budget does not pay for one evaluation of {fastest.key}: raise "
+                                      "search.time_budget_minutes or lower search.eval_every_steps")
+    if step_budget is not None and step_budget < schedule.evaluations * eval_every_steps:
+        schedule.evaluations = max(1, step_budget // eval_every_steps)
+        schedule.notes.append(f"trials shortened to {schedule.evaluations * eval_every_steps} steps: the step budget "
+                              f"is {step_budget}")
+    return schedule
+
+
+def trial_room(time_budget: float, concurrency: int) -> tuple[float, str]:
+    """The seconds a trial started first may take of the trials' `time_budget`, and the words for it ("" where it
+    is the whole budget). A search compares at least TRIALS_COMPARED trials: with that many at once (the tweets
+    example's two) a trial may take the whole budget while the others start beside it; with one at a time, a trial
+    that filled the budget was the only one (the baseline, which ASHA never stops: the LLM file of
+    benchmarks/llm-time-limit/ searched nothing at a budget of any length up to 60 minutes), so it takes its share."""
+    if concurrency >= TRIALS_COMPARED:
+        return time_budget, ""
+    share = concurrency / TRIALS_COMPARED
+    at_once = f"{concurrency} trial{'s' if concurrency > 1 else ''} at a time"
+    return time_budget * share, (f"its room of {share:.0%} of the trials' budget (with {at_once}, so that "
+                                 f"{TRIALS_COMPARED} trials are compared):")
+
+
+def _stretched(period: float, fastest: CombinationTimes, fits: int, evaluations: int, max_steps: int,
+               time_budget: float, start: float) -> float:
+    """The period lengthened so that the `fits` periods of a trial started first (after its `start` seconds) fill
+    the budget but its margin, where fewer than the file's `evaluations` fit (the fastest combination then still
+    trains max_steps at most); else the period as it is."""
+    if not 0 < fits < evaluations:
+        return period
+    filling = (time_budget * (1 - BUDGET_MARGIN) - start) / fits
+    ceiling = fastest.seconds_per_evaluation + max_steps * fastest.seconds_per_step / fits
+    return max(period, min(filling, ceiling))
+
+
+def samples_per_evaluation(combinations: list[CombinationTimes], period: float, mean_batch: float) -> dict[str, int]:
+    """Per combination, the samples it trains in one period besides its evaluation (at least one mean batch)."""
+    return {c.key: max(round(mean_batch), round((period - c.seconds_per_evaluation) * c.samples_per_second))
+            for c in combinations}
+
+
+def trials_schedule(combinations: list[CombinationTimes], search: SearchConfig, eval_every_steps: int,
+                    trials_seconds: float | None, effective_batches: list[int],
+                    concurrency: int) -> tuple[Schedule, dict[str, int]]:
+    """The trials' schedule in their `trials_seconds` (None: no time budget), every `eval_every_steps` steps, and the
+    samples each combination trains per evaluation where they are allotted time (empty where every trial trains
+    search.max_steps). `search` is read, never written."""
+    schedule = Schedule(search.max_steps // eval_every_steps)
+    if search.fit_to_budget:
+        schedule = planned_schedule(combinations, search.max_steps, eval_every_steps, trials_seconds,
+                                    search.step_budget, concurrency)
+    per_evaluation = (samples_per_evaluation(combinations, schedule.period_seconds,
+                                             statistics.fmean(effective_batches))
+                      if schedule.period_seconds else {})
+    return schedule, per_evaluation
+
+
+def fewest_trial_samples(schedule: Schedule, per_evaluation: dict[str, int], eval_every_steps: int,
+                          smallest_batch: int) -> int:
+    """The training samples of the shortest trial that runs to its planned end: allotted time, each combination
+    trains its samples per period whatever its batch; else every trial trains its steps, the smallest batch fewest."""
+    if per_evaluation:
+        return schedule.evaluations * min(per_evaluation.values())
+    return schedule.evaluations * eval_every_steps * smallest_batch

@@ -1,0 +1,186 @@
+"""How much of a time budget the search's winner trains further (search.exploit.share), decided in one place:
+`winner_share` applies the rules below in order, each of which may only lower the share the one before gave.
+Pure: no model, no Ray."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from finesweep.search.budget.cadence import planned_cadence
+from finesweep.search.budget.schedule import fewest_trial_samples, trials_schedule
+from finesweep.spaces.search_config import AUTO_MAX_PASSES, AUTO_MIN_PASSES, AUTO_MIN_SAMPLES, AUTO_SHARE_UNPLANNED
+from finesweep.spaces.sections import Task
+
+if TYPE_CHECKING:
+    from finesweep.search.budget.plan import CombinationTimes
+    from finesweep.search.budget.schedule import Schedule
+    from finesweep.spaces.search_config import SearchConfig
+
+@dataclass(frozen=True)
+class Split:
+    """The search's budget divided between the trials and the winner: the winner's share, the trials' cadence and
+    their schedule in their part, and the words for each decision."""
+
+    share: float  # of the search's budget, trained by the winner after the trials (0 without a time budget's seconds)
+    eval_every_steps: int
+    schedule: Schedule
+    samples_per_evaluation: dict[str, int]  # per combination, where the trials are allotted time
+    cadence_notes: list[str]
+    share_words: str  # appended to the budget split's sentence ("" where the share stands as written)
+    spared_note: str  # the share given back to the trials whole ("" where it was not)
+
+    def winner_seconds(self, budget_seconds: float | None) -> float:
+        return self.share * budget_seconds if budget_seconds else 0.0
+
+    def trials_seconds(self, budget_seconds: float | None) -> float | None:
+        """The trials' part of the search's budget (None: no time budget)."""
+        return budget_seconds - self.winner_seconds(budget_seconds) if budget_seconds else None
+
+
+def winner_share(search: SearchConfig, combinations: list[CombinationTimes], train_rows: int, task: Task,
+                 effective_batches: list[int], concurrency: int) -> Split:
+    """The winner's share of the search's time budget, in order: the file's share, or auto's from the passes the
+    budget pays for (auto_share); the trials' cadence at that share (cadence.planned_cadence); lowered so that a trial
+    of the slowest candidate starts and evaluates once (leaving_a_first_evaluation); with the trials' schedule at
+    that share, none where every trial already makes the winner's passes (sparing_a_capped_winner), else lowered to
+    what the winner's passes need (sizing_a_capped_winner); the trials' schedule again where the share fell.
+    Without a time budget the share is the file's (auto's fixed fallback) and buys no seconds. `search` is read,
+    never written."""
+    budget = search.time_budget_minutes * 60 if search.time_budget_minutes else None
+    share, words = (auto_share(combinations, budget, train_rows) if search.exploit.share == "auto" and budget
+                    else (search.exploit.fraction, ""))
+    every, cadence_notes = planned_cadence(search.eval_every_steps, _trials_seconds(budget, share), combinations)
+    if budget:
+        first = max(c.start_seconds + c.period_seconds(every) for c in combinations)
+        share, lowered = leaving_a_first_evaluation(budget, share, first)
+        words += lowered
+
+    def schedule_at(share: float) -> tuple[Schedule, dict[str, int]]:
+        return trials_schedule(combinations, search, every, _trials_seconds(budget, share), effective_batches,
+                               concurrency)
+
+    schedule, per_evaluation = schedule_at(share)
+    fewest = fewest_trial_samples(schedule, per_evaluation, every, min(effective_batches))
+    epochs = search.exploit.passes(train_rows, task)
+    growing = bool(budget and epochs and train_rows > 0 and search.exploit.start == "checkpoint")
+    spared, sized = "", ""
+    if growing:
+        share, spared = sparing_a_capped_winner(share, fewest, train_rows, epochs)
+    if growing and not spared:
+        slowest = min(combinations, key=lambda c: c.samples_per_second)
+        share, sized = sizing_a_capped_winner(budget, share, fewest, train_rows, epochs, slowest)
+        words += sized
+    if spared or sized:  # the trials' part grew: longer trials, perhaps more of them
+        schedule, per_evaluation = schedule_at(share)
+    return Split(share, every, schedule, per_evaluation, cadence_notes, words, spared)
+
+
+def _trials_seconds(budget: float | None, share: float) -> float | None:
+    return budget * (1 - share) if budget else None
+
+
+# The winner's share at few and at many passes over the training split.
+AUTO_SHARE_FEW_PASSES, AUTO_SHARE_MANY_PASSES = 0.75, AUTO_SHARE_UNPLANNED
+AUTO_SHARE_PASSES = (1.0, 4.0)  # at or below the first, the first share; at or above the second, the second
+# The trials' part of the budget holds this many times what a trial of the slowest candidate takes to start and
+# reach its first evaluation (the LLM example's first trials, planned at 53 s, had not evaluated when their 50 s
+# ended: no trial reported, nothing was exported).
+FIRST_EVALUATION_ROOM = 1.5
+# The winner's share holds this many times what its further training to search.exploit.max_epochs takes at the
+# slowest candidate's trial speed (its evaluations, a slower start, a speed measured on a busier machine).
+CAPPED_WINNER_ROOM = 1.5
+
+
+def auto_share(combinations: list[CombinationTimes], budget_seconds: float, train_rows: int) -> tuple[float, str]:
+    """search.exploit.share auto: the winner's share of a time budget from the passes over the training split the
+    budget pays for, and the words that say so. A budget of one pass or fewer goes mostly to the winner: its model
+    has not seen the data once, and more training is worth more than a finer comparison of recipes; from four passes
+    on (BERT's fine-tuning grid ends at 4 epochs, past which more training buys little) the search keeps its default
+    share.
+
+    The passes are one trial's of the slowest candidate (the winner may be any of them), at the speed the probe
+    measured for a trial: not the combinations' mean times the trials at once. That counted 4.7 passes on the
+    plain tweets file (its 3-layer candidate's speed, two trials at once) where its 6-layer winner trained 1.15 in
+    the whole budget, the winner's further training with every core included: the probe times the largest
+    micro-batch (the plan counted 28 samples/s a trial where the trial at batch 8 trained 17), and two cores train
+    1.74x one, not 2x (MiniLM, AVX-512)."""
+    passes = budget_passes(combinations, budget_seconds, train_rows)
+    if passes is None:
+        return AUTO_SHARE_UNPLANNED, " (auto: no training speed measured)"
+    low, high = AUTO_SHARE_PASSES
+    weight = min(max((passes - low) / (high - low), 0.0), 1.0)
+    share = round(AUTO_SHARE_FEW_PASSES + weight * (AUTO_SHARE_MANY_PASSES - AUTO_SHARE_FEW_PASSES), 2)
+    return share, (f", auto: the budget pays for {passes:.1f} passes over the {train_rows:,} training rows at its "
+                   "slowest candidate's speed")
+
+
+def budget_passes(combinations: list[CombinationTimes], budget_seconds: float, train_rows: int) -> float | None:
+    """Passes over the training split that `budget_seconds` pay for at the slowest candidate's trial speed (see
+    auto_share); None without a measured speed or rows."""
+    speed = min((c.samples_per_second for c in combinations), default=0.0)
+    if train_rows < 1 or speed <= 0:
+        return None
+    return budget_seconds * speed / train_rows
+
+
+def leaving_a_first_evaluation(budget: float, share: float, first_evaluation_seconds: float) -> tuple[float, str]:
+    """The share (auto's or the file's) lowered where the trials' part of the `budget` seconds would end before a
+    trial of the slowest candidate has started and evaluated once: trials that report nothing leave no winner to
+    train further and nothing to export. The words say so (empty where the share stands)."""
+    needed = FIRST_EVALUATION_ROOM * first_evaluation_seconds
+    if budget * (1 - share) >= needed or share <= 0:
+        return share, ""
+    lowered = max(0.0, math.floor(100 * (1 - needed / budget)) / 100)
+    return lowered, (f"; lowered from {share:.2f} so that a trial of the slowest candidate starts and evaluates once "
+                     f"({needed:.0f} s)")
+
+
+def sparing_a_capped_winner(share: float, fewest_trial_samples: int, train_rows: int,
+                            epochs: float) -> tuple[float, str]:
+    """No share for the winner where every trial, run to its planned end, has made the `epochs` passes over the
+    training split at which the winner's further training ends (search.exploit.max_epochs): it would end where it
+    starts (a continuation from a checkpoint past them is refused), so its seconds go to the trials. A small data set
+    does this: the chat categories' 371 rows are two passes in 93 steps of 8, and the example's trials train 750.
+    The words say so (empty where the share stands)."""
+    passes = fewest_trial_samples / train_rows
+    if share <= 0 or passes < epochs:
+        return share, ""
+    return 0.0, (f"search.exploit.share {share:.2f} -> 0: every trial trains {fewest_trial_samples:,} samples or more "
+                 f"({passes:.1f} passes over the {train_rows:,} training rows), past the {epochs:g} passes at which "
+                 "the winner's further training ends (search.exploit.max_epochs), so the trials take the whole budget")
+
+
+def sizing_a_capped_winner(budget: float, share: float, fewest_trial_samples: int, train_rows: int, epochs: float,
+                           slowest: CombinationTimes) -> tuple[float, str]:
+    """The winner's share lowered to what its further training can use: it ends at `epochs` passes over the
+    training split, so on a small data set a share sized by the budget's passes (auto_share) is mostly left unspent
+    while the trials, short of time, compare fewer recipes. A plain file on 2,325 rows with a 7-minute limit kept
+    134 s for a winner that reached its two passes in 27 steps, and the sweep ended after 213 s of the 420 with three
+    trials. The need: the samples from the shortest trial of the space to the passes, at the slowest candidate's
+    trial speed, with CAPPED_WINNER_ROOM, and a trial's start. The baseline's trial (one pass at most) is not
+    counted: where it wins, its further training may stop short of the passes, the price of the trials the seconds
+    buy. The words say so (empty where the share stands)."""
+    if share <= 0 or slowest.samples_per_second <= 0:
+        return share, ""
+    remaining = max(round(epochs * train_rows) - fewest_trial_samples, 0)
+    needed = CAPPED_WINNER_ROOM * remaining / slowest.samples_per_second + slowest.start_seconds
+    sized = math.ceil(100 * needed / budget) / 100
+    if sized >= share:
+        return share, ""
+    return sized, (f"; lowered from {share:.2f}: the winner's further training ends at {epochs:g} passes over the "
+                   f"{train_rows:,} training rows (search.exploit.max_epochs), {remaining:,} samples past the shortest "
+                   f"trial's {fewest_trial_samples:,}, about {needed:.0f} s at the slowest candidate's speed with "
+                   "room; the trials take the rest")
+
+
+def passes_cap_words(search: SearchConfig, train_rows: int, task: Task) -> str:
+    """The plan's words for search.exploit.max_epochs: where the winner's training ends if the budget pays for more."""
+    passes = search.exploit.passes(train_rows, task)
+    if not (passes and train_rows):
+        return ""
+    auto = (f" (auto: {AUTO_MIN_SAMPLES:,} samples, {AUTO_MIN_PASSES:g} to {AUTO_MAX_PASSES:g} passes)"
+            if search.exploit.max_epochs == "auto" and Task(task) == Task.classification else "")
+    return (f"; ending at {passes:.3g} passes over the {train_rows:,} training rows if that comes first: "
+            f"search.exploit.max_epochs{auto}")
