@@ -20,10 +20,10 @@ from finesweep.search.budget.dropout_default import resolve_dropout
 from finesweep.search.budget.export_calibration import calibrated
 from finesweep.search.budget.export_calibration import note as calibration_note
 from finesweep.search.budget.export_time import export_steps
-from finesweep.search.budget.padding import length_grouped_megabatch, padded_fraction
-from finesweep.search.budget.schedule import trials_schedule
 from finesweep.search.budget.measured import (FORWARD_SPEEDUP, RAY_START_SECONDS, SMALL_MODEL_LOAD_SECONDS,
                                               TRIAL_START_SECONDS)
+from finesweep.search.budget.padding import length_grouped_megabatch, padded_fraction
+from finesweep.search.budget.schedule import trials_schedule
 from finesweep.search.budget.simulate import Lane, Simulated, asha_milestones, simulate
 from finesweep.search.budget.winner import Split, passes_cap_words, winner_share
 from finesweep.search.probe.table import ProbeResult, attempt_speed

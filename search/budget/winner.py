@@ -18,12 +18,24 @@ if TYPE_CHECKING:
     from finesweep.search.budget.schedule import Schedule
     from finesweep.spaces.search_config import SearchConfig
 
+# The winner's share at few and at many passes over the training split.
+AUTO_SHARE_FEW_PASSES, AUTO_SHARE_MANY_PASSES = 0.75, AUTO_SHARE_UNPLANNED
+AUTO_SHARE_PASSES = (1.0, 4.0)  # at or below the first, the first share; at or above the second, the second
+# The trials' part of the budget holds this many times what a trial of the slowest candidate takes to start and
+# reach its first evaluation (the LLM example's first trials, planned at 53 s, had not evaluated when their 50 s
+# ended: no trial reported, nothing was exported).
+FIRST_EVALUATION_ROOM = 1.5
+# The winner's share holds this many times what its further training to search.exploit.max_epochs takes at the
+# slowest candidate's trial speed (its evaluations, a slower start, a speed measured on a busier machine).
+CAPPED_WINNER_ROOM = 1.5
+
+
 @dataclass(frozen=True)
 class Split:
     """The search's budget divided between the trials and the winner: the winner's share, the trials' cadence and
     their schedule in their part, and the words for each decision."""
 
-    share: float  # of the search's budget, trained by the winner after the trials (0 without a time budget's seconds)
+    share: float  # of the search's time budget, for the winner's training after the trials
     eval_every_steps: int
     schedule: Schedule
     samples_per_evaluation: dict[str, int]  # per combination, where the trials are allotted time
@@ -79,18 +91,6 @@ def winner_share(search: SearchConfig, combinations: list[CombinationTimes], tra
 
 def _trials_seconds(budget: float | None, share: float) -> float | None:
     return budget * (1 - share) if budget else None
-
-
-# The winner's share at few and at many passes over the training split.
-AUTO_SHARE_FEW_PASSES, AUTO_SHARE_MANY_PASSES = 0.75, AUTO_SHARE_UNPLANNED
-AUTO_SHARE_PASSES = (1.0, 4.0)  # at or below the first, the first share; at or above the second, the second
-# The trials' part of the budget holds this many times what a trial of the slowest candidate takes to start and
-# reach its first evaluation (the LLM example's first trials, planned at 53 s, had not evaluated when their 50 s
-# ended: no trial reported, nothing was exported).
-FIRST_EVALUATION_ROOM = 1.5
-# The winner's share holds this many times what its further training to search.exploit.max_epochs takes at the
-# slowest candidate's trial speed (its evaluations, a slower start, a speed measured on a busier machine).
-CAPPED_WINNER_ROOM = 1.5
 
 
 def auto_share(combinations: list[CombinationTimes], budget_seconds: float, train_rows: int) -> tuple[float, str]:
