@@ -203,7 +203,7 @@ def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dic
         config, kept_probes(config, inputs.precisions, inputs.probes), validation_rows=splits.get("validation", 0),
         test_rows=splits.get("test", 0), seq_len=inputs.data.max_seq_len,
         concurrency=trial_slots(config, device, address), lengths=inputs.data.lengths,
-        train_rows=splits.get("train", 0), export_timed_on_cpu_too=_cuda_present(),
+        train_rows=splits.get("train", 0), cuda=_cuda_present(),
         export_thread_ratio=_export_thread_ratio(config, device), export_calibration=calibration)
     if measured is None:
         return config, None

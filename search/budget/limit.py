@@ -35,7 +35,7 @@ def within_limit(config: SweepConfig, inputs: PlanInputs, limit: float, elapsed:
     def export_seconds(config: SweepConfig) -> float:
         return sum(export_estimate(config, inputs)[0].values())
 
-    unlimited, lighter = fit_export(unlimited, export_seconds, left, inputs.export_timed_on_cpu_too)
+    unlimited, lighter = fit_export(unlimited, export_seconds, left, inputs.cuda)
     export = export_seconds(unlimited)
     spare = EXPORT_ESTIMATE_MARGIN * export + LIMIT_OVERHEAD_SECONDS
     search = left - export - spare

@@ -175,14 +175,14 @@ class PlanInputs:
     train_rows: int
     test_rows: int
     seq_len: int
-    export_timed_on_cpu_too: bool = False  # see export_steps
+    cuda: bool = False  # a CUDA machine: the export times every variant on the GPU and on the CPU (export_steps)
     export_thread_ratio: float = 1.0
     export_calibration: dict[str, Any] | None = None  # this machine's key and measured ratios (export_calibration.py)
 
 
 def plan_inputs(config: SweepConfig, probes: dict[str, ProbeResult], *, validation_rows: int, test_rows: int,
                 seq_len: int, concurrency: int, lengths: dict[str, dict[str, float]] | None = None,
-                train_rows: int = 0, export_timed_on_cpu_too: bool = False, export_thread_ratio: float = 1.0,
+                train_rows: int = 0, cuda: bool = False, export_thread_ratio: float = 1.0,
                 export_calibration: dict[str, Any] | None = None) -> PlanInputs | None:
     """The plan's inputs from the probe's answers; None when the probe measured no combination that trains.
     `lengths`: the data's token-length percentiles per model, `train_rows`: the training split's (see
@@ -191,14 +191,14 @@ def plan_inputs(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                                      train_rows, config.data.group_by_length)
     if not combinations:
         return None
-    return PlanInputs(combinations, concurrency, train_rows, test_rows, seq_len, export_timed_on_cpu_too,
+    return PlanInputs(combinations, concurrency, train_rows, test_rows, seq_len, cuda,
                       export_thread_ratio, export_calibration)
 
 
 def export_estimate(config: SweepConfig, inputs: PlanInputs) -> tuple[dict[str, float], dict[str, Any]]:
     """The export's seconds by step (export_steps), multiplied by the ratios this machine's last export of these
     candidates measured; and the key and the ratios applied, kept for the export to learn from (empty: none)."""
-    steps = export_steps(config, inputs.combinations, inputs.test_rows, inputs.seq_len, inputs.export_timed_on_cpu_too,
+    steps = export_steps(config, inputs.combinations, inputs.test_rows, inputs.seq_len, inputs.cuda,
                          inputs.export_thread_ratio)
     if not inputs.export_calibration:
         return steps, {}
