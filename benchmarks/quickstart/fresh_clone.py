@@ -38,7 +38,7 @@ def main() -> None:
         subprocess.run(SETUP, shell=True, cwd=clone, check=True, stdout=subprocess.DEVNULL)
         run_started = time.time()
         console = subprocess.run(RUN, shell=True, cwd=clone, capture_output=True, text=True,
-                                 env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"})
+                                 env={**os.environ, "HF_HUB_OFFLINE": "1"})
         finished = time.time()
         if console.returncode != 0:
             raise SystemExit(f"{RUN} exited {console.returncode}:\n{console.stdout[-3000:]}{console.stderr[-3000:]}")
