@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -208,11 +208,7 @@ def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dic
     if measured is None:
         return config, None
     limit = config.search.time_limit_seconds
-    if limit:
-        config, division = within_limit(config, measured, limit, elapsed)
-    plan = search_plan(config, measured)
-    if limit:
-        plan = replace(plan, notes=[*plan.notes, division])
+    plan = search_plan(config, measured, within_limit(config, measured, limit, elapsed) if limit else None)
     inputs.console.plan(plan, elapsed)
     if warning := one_trial_warning(config, measured, plan):
         inputs.console.warn(warning)

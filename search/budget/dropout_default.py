@@ -27,16 +27,17 @@ if TYPE_CHECKING:
 NO_DROPOUT_MAX_PASSES = 2.0
 
 
-def planned_passes(config: SweepConfig, combinations: list[CombinationTimes], train_rows: int) -> float | None:
-    """Passes over the training split the sweep may train one model for: the whole time budget at the slowest
+def planned_passes(config: SweepConfig, combinations: list[CombinationTimes], train_rows: int,
+                   budget: float | None) -> float | None:
+    """Passes over the training split the sweep may train one model for: the whole `budget` (seconds) at the slowest
     candidate's speed, but no more than the winner's further training stops at (search.exploit.max_epochs) or a trial
     makes, whichever is more; without a budget, a trial's max_steps at the largest effective batch. None: not
     known."""
     search = config.search
     trial_passes = search.max_steps * max(config.space.effective_batch_size) / train_rows if train_rows > 0 else None
-    if not search.time_budget_minutes:
+    if not budget:
         return trial_passes
-    passes = budget_passes(combinations, search.time_budget_minutes * 60, train_rows)
+    passes = budget_passes(combinations, budget, train_rows)
     # The continuation's cap holds where there is one: a share of the budget, single-process trials (exploit.applies).
     cap = search.exploit.passes(train_rows, config.data.task)
     capped = (search.exploit.fraction > 0 and config.resources.workers_per_trial == 1 and cap
@@ -44,13 +45,13 @@ def planned_passes(config: SweepConfig, combinations: list[CombinationTimes], tr
     return min(passes, max(cap, trial_passes)) if passes is not None and capped else passes
 
 
-def resolve_dropout(config: SweepConfig, combinations: list[CombinationTimes],
-                    train_rows: int) -> tuple[float | None, str]:
+def resolve_dropout(config: SweepConfig, combinations: list[CombinationTimes], train_rows: int,
+                    budget: float | None) -> tuple[float | None, str]:
     """space.dropout with auto resolved (0.0, or None for the checkpoint's own), and the plan's sentence that says
     which and why (empty where the file set the dropout)."""
     if config.space.dropout != AUTO_DROPOUT:
         return config.space.dropout, ""
-    passes = planned_passes(config, combinations, train_rows)
+    passes = planned_passes(config, combinations, train_rows, budget)
     if passes is None:
         rate, words = None, "the checkpoint's own (auto: the passes over the training split are not known)"
     elif passes <= NO_DROPOUT_MAX_PASSES:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from finesweep.spaces import Quantization, SweepConfig, Task
-from finesweep.spaces.config import DEFAULT_QUANTIZATION
+from finesweep.spaces import Quantization, Task
+from finesweep.spaces.config import DEFAULT_QUANTIZATION, ExportConfig
 
 EXPORT_SHARE = 1 / 3
 # Below this many answers the generation scores are too noisy to compare variants by: none then, rather than 1 or 2.
@@ -25,59 +25,55 @@ MIN_ANSWERS = 4
 BITSANDBYTES = {Quantization.int8, Quantization.nf4}
 
 
-def fit_export(config: SweepConfig, estimate: Callable[[SweepConfig], float], seconds_left: float,
-               cuda: bool) -> tuple[SweepConfig, str | None]:
-    """`config` with an export predicted within EXPORT_SHARE x `seconds_left` where it can be made so, and the
-    sentence that says what changed (None: nothing did)."""
+def fit_export(export: ExportConfig, task: Task, estimate: Callable[[ExportConfig], float], seconds_left: float,
+               cuda: bool) -> tuple[ExportConfig, str | None]:
+    """The export as it will run: the file's `export`, lightened to an estimate within EXPORT_SHARE x
+    `seconds_left` where it can be made so, and the sentence that says what changed (None: nothing did). The
+    file's section is read, never written."""
     cap = EXPORT_SHARE * seconds_left
-    predicted = estimate(config)
+    predicted = estimate(export)
     if predicted <= cap:
-        return config, None
+        return export, None
     changes = []
-    export = config.export
-    # Compared with the default, not model_fields_set: the config reaches here re-validated from a dump (the GGUF
-    # candidate's dequantized path, a resume), where every field is set. A list the sweep file names is kept.
+    fitted = export
+    # Compared with the default: a list the sweep file names is kept.
     default_list = export.quantization == DEFAULT_QUANTIZATION
     if not cuda and default_list:
         kept = [q for q in export.quantization if q not in BITSANDBYTES]
         if kept and kept != export.quantization:
             left_out = ", ".join(q.value for q in export.quantization if q in BITSANDBYTES)
-            export = export.model_copy(update={"quantization": kept})
+            fitted = fitted.model_copy(update={"quantization": kept})
             changes.append(f"{left_out} left out of the default export.quantization (bitsandbytes: slower than full "
                            "precision on a CPU)")
-    answers = export.generation_samples if config.data.task == Task.causal_lm else 0
-    fits = _answers_that_fit(config, export, estimate, cap, answers)
-    if default_list and export.quantization != [Quantization.none] and \
-            estimate(_with_export(config, export.model_copy(update={"generation_samples": fits}))) > cap:
-        dropped = ", ".join(q.value for q in export.quantization if q != Quantization.none)
-        export = export.model_copy(update={"quantization": [Quantization.none]})
+    answers = export.generation_samples if task == Task.causal_lm else 0
+    fits = _answers_that_fit(fitted, estimate, cap, answers)
+    if default_list and fitted.quantization != [Quantization.none] and \
+            estimate(fitted.model_copy(update={"generation_samples": fits})) > cap:
+        dropped = ", ".join(q.value for q in fitted.quantization if q != Quantization.none)
+        fitted = fitted.model_copy(update={"quantization": [Quantization.none]})
         changes.append(f"{dropped} left out too (the full-precision model alone: `finesweep export SWEEP --quantize "
                        f"{dropped.replace(', ', ',')}` makes them after the run; naming them in export.quantization "
                        "keeps them in it)")
-        fits = _answers_that_fit(config, export, estimate, cap, answers)  # one variant answers: more of them fit
+        fits = _answers_that_fit(fitted, estimate, cap, answers)  # one variant answers: more of them fit
     if fits < answers:
-        export = export.model_copy(update={"generation_samples": fits})
+        fitted = fitted.model_copy(update={"generation_samples": fits})
         changes.append(f"export.generation_samples {answers} -> {fits}")
     if not changes:
-        return config, None
-    fitted = _with_export(config, export)
+        return export, None
     return fitted, (f"the export, predicted at {predicted:.0f} s, is kept near a third of the {seconds_left:.0f} s "
                     f"the limit leaves ({estimate(fitted):.0f} s now): " + "; ".join(changes))
 
 
-def _answers_that_fit(config: SweepConfig, export, estimate: Callable[[SweepConfig], float], cap: float,
+def _answers_that_fit(export: ExportConfig, estimate: Callable[[ExportConfig], float], cap: float,
                       answers: int) -> int:
     """How many of `answers` generated answers keep the export's estimate within `cap` (none below MIN_ANSWERS)."""
     if not answers:
         return 0
+
     def with_answers(count: int) -> float:
-        return estimate(_with_export(config, export.model_copy(update={"generation_samples": count})))
+        return estimate(export.model_copy(update={"generation_samples": count}))
 
     without = with_answers(0)
     per_answer = (with_answers(answers) - without) / answers
     fits = min(answers, math.floor((cap - without) / per_answer)) if per_answer > 0 else answers
     return fits if fits >= MIN_ANSWERS else 0
-
-
-def _with_export(config: SweepConfig, export) -> SweepConfig:
-    return config.model_copy(update={"export": export})

@@ -17,6 +17,7 @@ from finesweep.search.budget.measured import (
 )
 from finesweep.search.selection.deploy import FULL
 from finesweep.spaces import SweepConfig
+from finesweep.spaces.config import ExportConfig
 from finesweep.trainer.serving.evaluate import SPEED_BATCHES, SPEED_REPEATS, SPEED_ROWS, SPEED_SECONDS, WARM_UP_ROWS
 from finesweep.trainer.serving.generate import BATCH_SIZE as GENERATION_BATCH
 from finesweep.trainer.serving.generate import DECODE_REPEATS, DECODE_TOKENS
@@ -30,27 +31,32 @@ REFERENCES = "baseline"
 
 
 def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], test_rows: int, seq_len: int,
-                   timed_on_cpu_too: bool = False, thread_ratio: float = 1.0) -> float:
+                   timed_on_cpu_too: bool = False, thread_ratio: float = 1.0,
+                   export: ExportConfig | None = None) -> float:
     """The export's estimate: the sum of export_steps'."""
-    return sum(export_steps(config, combinations, test_rows, seq_len, timed_on_cpu_too, thread_ratio).values())
+    return sum(export_steps(config, combinations, test_rows, seq_len, timed_on_cpu_too, thread_ratio,
+                            export).values())
 
 
 def export_steps(config: SweepConfig, combinations: list[CombinationTimes], test_rows: int, seq_len: int,
-                 timed_on_cpu_too: bool = False, thread_ratio: float = 1.0) -> dict[str, float]:
+                 timed_on_cpu_too: bool = False, thread_ratio: float = 1.0,
+                 export: ExportConfig | None = None) -> dict[str, float]:
     """The export's estimate by step, as search/outputs/export.py times them (FULL, REFERENCES, then each quantized
     variant by name): each variant is made (the ONNX one exported), scores the test split (at the slowest
     candidate's measured fp32 evaluation speed: the export evaluates a plain model, a LoRA winner merged into its
     base; slowed or sped by the variant's kernels), is timed (`timed_on_cpu_too`, a machine with CUDA: there and on
     the CPU) and, for a causal LM, generates its answers (in batches: generation_seconds); the baseline is scored
     (and answers) once beside them.
-    `thread_ratio`: the export's threads over a trial's."""
-    variants = ["none"] + [q.value for q in config.export.quantization if q.value != "none"]
+    `thread_ratio`: the export's threads over a trial's. `export`: the export as it will run (a time limit may
+    lighten the file's: export_fit.py); None: the file's."""
+    export = export or config.export
+    variants = ["none"] + [q.value for q in export.quantization if q.value != "none"]
     eval_speed = _full_precision_speed(combinations) * min(max(thread_ratio, 1.0), EXPORT_THREADS_CAP)
     row_seconds = 1.0 / eval_speed
     task = config.data.task.value
     token_seconds = _decode_seconds(combinations) or DECODE_TOKEN_COST * row_seconds / seq_len
     per_pass, test_pass = pass_seconds(combinations), (test_rows + min(WARM_UP_ROWS, test_rows)) * row_seconds
-    answers = min(config.export.generation_samples, test_rows) if task == "causal_lm" else 0
+    answers = min(export.generation_samples, test_rows) if task == "causal_lm" else 0
     answer_seconds = generation_seconds(answers, seq_len // 2, token_seconds)  # a reply: half a row
     steps = {REFERENCES: _reference_passes(config, per_pass + test_pass + answer_seconds)}
     for variant in dict.fromkeys(variants):

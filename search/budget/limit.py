@@ -6,8 +6,9 @@ from __future__ import annotations
 from finesweep.search.budget.export_fit import fit_export
 from finesweep.search.budget.measured import (EXIT_SECONDS, EXPORT_ESTIMATE_MARGIN, PROBE_SETTLE_SECONDS,
                                               RAY_START_SECONDS, RECORDS_SECONDS, TRIAL_START_SECONDS)
-from finesweep.search.budget.plan import PlanInputs, budget_split, export_estimate
+from finesweep.search.budget.plan import Allowance, PlanInputs, budget_split, export_estimate
 from finesweep.spaces import SweepConfig, SweepFileError
+from finesweep.spaces.config import ExportConfig
 
 # Under search.time_limit, the probe's share of it: a user who says 10 minutes wants them spent training. On 2 cores
 # the LLM example's LoRA probe alone took 6.8 minutes unbounded (micro-batches 4 to 32 at 5 to 54 s a step).
@@ -23,29 +24,25 @@ def probe_seconds(limit: float | None) -> float | None:
 LIMIT_OVERHEAD_SECONDS = RAY_START_SECONDS + RECORDS_SECONDS + EXIT_SECONDS
 
 
-def within_limit(config: SweepConfig, inputs: PlanInputs, limit: float, elapsed: float) -> tuple[SweepConfig, str]:
-    """The config whose search budget is what search.time_limit leaves after the `elapsed` seconds (data, probe)
-    and the export's estimate (which does not depend on the search's budget; kept near a third of what is left,
-    search/budget/export_fit.py), and the sentence that says so;
-    a SweepFileError, before anything trains, when that cannot pay for one trial's start and first evaluation."""
+def within_limit(config: SweepConfig, inputs: PlanInputs, limit: float, elapsed: float) -> Allowance:
+    """What search.time_limit leaves the search after the `elapsed` seconds (data, probe) and the export's estimate
+    (which does not depend on the search's budget; kept near a third of what is left, search/budget/export_fit.py),
+    with the sentence that says so; a SweepFileError, before anything trains, when that cannot pay for one trial's
+    start and first evaluation."""
     left = limit - elapsed
-    unlimited = config.model_copy(update={"search": config.search.model_copy(
-        update={"time_limit": None, "time_budget_minutes": max(left, 1.0) / 60})})
 
-    def export_seconds(config: SweepConfig) -> float:
-        return sum(export_estimate(config, inputs)[0].values())
+    def export_seconds(export: ExportConfig) -> float:
+        return sum(export_estimate(config, inputs, export)[0].values())
 
-    unlimited, lighter = fit_export(unlimited, export_seconds, left, inputs.cuda)
-    export = export_seconds(unlimited)
+    fitted, lighter = fit_export(config.export, config.data.task, export_seconds, left, inputs.cuda)
+    export = export_seconds(fitted)
     spare = EXPORT_ESTIMATE_MARGIN * export + LIMIT_OVERHEAD_SECONDS
     search = left - export - spare
     equal_time = config.search.baseline_budget == "equal"
     if equal_time:  # the baseline trains again as long as the export did (equal_time.py), one start more
         search = (search - TRIAL_START_SECONDS) / 2
-    budgeted = unlimited.model_copy(update={"search": unlimited.search.model_copy(
-        update={"time_budget_minutes": max(search, 1.0) / 60})})
     # The cadence the search's own budget divides (search/budget/cadence.py lowers a default one where it must).
-    every = budget_split(budgeted, inputs).eval_every_steps
+    every = budget_split(config, inputs, max(search, 1.0)).eval_every_steps
     needed = min(c.start_seconds + c.period_seconds(every) for c in inputs.combinations)
     if search < needed:
         raise SweepFileError(
@@ -62,4 +59,4 @@ def within_limit(config: SweepConfig, inputs: PlanInputs, limit: float, elapsed:
                 + f"export {export:.0f} s (predicted), Ray, the records, the exit and the "
                 f"estimate's error {spare:.0f} s"
                 + (f"; {lighter}" if lighter else ""))
-    return budgeted, division
+    return Allowance(max(search, 1.0), fitted, division)

@@ -28,6 +28,7 @@ from finesweep.search.budget.simulate import Lane, Simulated, asha_milestones, s
 from finesweep.search.budget.winner import Split, passes_cap_words, winner_share
 from finesweep.search.probe.table import ProbeResult, attempt_speed
 from finesweep.spaces import SweepConfig
+from finesweep.spaces.config import ExportConfig
 from finesweep.spaces.search_config import SearchConfig
 from finesweep.spaces.space_config import AUTO_DROPOUT
 
@@ -82,6 +83,8 @@ class SearchPlan:
     # search.baseline.budget equal: after the search, the baseline recipe trains again for as long as the export
     # trained (search/tuning/equal_time.py); at most the search's budget, which is what this predicts.
     equal_time_seconds: float = 0.0
+    budget_seconds: float | None = None  # the search's, trials and winner (None: no time budget)
+    export: ExportConfig | None = None  # the export as it will run (limit.py may lighten the file's)
 
     def steps_per_evaluation(self, times: CombinationTimes) -> float:
         """Optimizer steps between evaluations at the space's mean effective batch."""
@@ -195,21 +198,38 @@ def plan_inputs(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
                       export_thread_ratio, export_calibration)
 
 
-def export_estimate(config: SweepConfig, inputs: PlanInputs) -> tuple[dict[str, float], dict[str, Any]]:
-    """The export's seconds by step (export_steps), multiplied by the ratios this machine's last export of these
+@dataclass(frozen=True)
+class Allowance:
+    """What the sweep gives the search and the export before the plan divides it: the search's seconds (None: no
+    time budget) and the export as it will run, with the words for how a time limit was divided (limit.py)."""
+
+    seconds: float | None
+    export: ExportConfig
+    division: str = ""
+
+
+def file_allowance(config: SweepConfig) -> Allowance:
+    """What the sweep file gives: search.time_budget_minutes and its export section."""
+    minutes = config.search.time_budget_minutes
+    return Allowance(minutes * 60 if minutes else None, config.export)
+
+
+def export_estimate(config: SweepConfig, inputs: PlanInputs,
+                    export: ExportConfig) -> tuple[dict[str, float], dict[str, Any]]:
+    """The seconds by step (export_steps) of `export`, multiplied by the ratios this machine's last export of these
     candidates measured; and the key and the ratios applied, kept for the export to learn from (empty: none)."""
     steps = export_steps(config, inputs.combinations, inputs.test_rows, inputs.seq_len, inputs.cuda,
-                         inputs.export_thread_ratio)
+                         inputs.export_thread_ratio, export)
     if not inputs.export_calibration:
         return steps, {}
     applied = {step: ratio for step, ratio in inputs.export_calibration["ratios"].items() if step in steps}
     return calibrated(steps, applied), {"key": inputs.export_calibration["key"], "ratios": applied}
 
 
-def budget_split(config: SweepConfig, inputs: PlanInputs) -> Split:
-    """The search's budget divided between the trials and the winner, with the trials' cadence and schedule in
+def budget_split(config: SweepConfig, inputs: PlanInputs, seconds: float | None) -> Split:
+    """The search's `seconds` divided between the trials and the winner, with the trials' cadence and schedule in
     their part (winner.py)."""
-    return winner_share(config.search, inputs.combinations, inputs.train_rows, config.data.task,
+    return winner_share(config.search, seconds, inputs.combinations, inputs.train_rows, config.data.task,
                         config.space.effective_batch_size, inputs.concurrency)
 
 
@@ -220,27 +240,30 @@ def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], **measured:
     return search_plan(config, inputs) if inputs else None
 
 
-def search_plan(config: SweepConfig, inputs: PlanInputs) -> SearchPlan:
-    """The plan for this sweep, in order: the dropout auto resolves to, the budget's split between the trials and
-    the winner with the trials' schedule (budget_split), the export's estimate, the trials' number (trial_count),
-    and the seconds they predict. `config` is read, never written."""
+def search_plan(config: SweepConfig, inputs: PlanInputs, allowance: Allowance | None = None) -> SearchPlan:
+    """The plan for this sweep, in order: the dropout auto resolves to, the `allowance`'s seconds split between
+    the trials and the winner with the trials' schedule (budget_split), the export's estimate, the trials' number
+    (trial_count), and the seconds they predict. `allowance`: what a time limit left (limit.py); None: the file's.
+    `config` is read, never written."""
     search = config.search
-    dropout, dropout_note = resolve_dropout(config, inputs.combinations, inputs.train_rows)
-    split = budget_split(config, inputs)
-    budget = search.time_budget_minutes * 60 if search.time_budget_minutes else None
-    export, calibration = export_estimate(config, inputs)
+    allowance = allowance or file_allowance(config)
+    budget = allowance.seconds
+    dropout, dropout_note = resolve_dropout(config, inputs.combinations, inputs.train_rows, budget)
+    split = budget_split(config, inputs, budget)
+    export, calibration = export_estimate(config, inputs, allowance.export)
     laid_out = SearchPlan(inputs.combinations, split.eval_every_steps,
                           split.schedule.evaluations * split.eval_every_steps, search.max_steps, search.num_trials,
-                          search.num_trials, inputs.concurrency, _budget_words(config), 0.0, export,
+                          search.num_trials, inputs.concurrency, _budget_words(search, budget), 0.0, export,
                           Simulated(0.0, 0, 0, 0, 0), [], split.schedule.period_seconds, split.samples_per_evaluation,
-                          split.winner_seconds(budget), split.share, dropout, calibration)
+                          split.winner_seconds(budget), split.share, dropout, calibration, budget_seconds=budget,
+                          export=allowance.export)
     num_trials, simulated, count_note = trial_count(laid_out, search, split.trials_seconds(budget))
     search_seconds = RAY_START_SECONDS + simulated.seconds + laid_out.exploitation_seconds
     equal_time = equal_time_seconds(search_seconds) if search.baseline_budget == "equal" else 0.0
     notes = [*split.cadence_notes, *split.schedule.notes,
              calibration_note(calibration["ratios"]) if calibration.get("ratios") else "", count_note, dropout_note,
              split.spared_note, _split_words(config, split, budget, inputs.train_rows),
-             _equal_time_words(equal_time)]
+             _equal_time_words(equal_time), allowance.division]
     return replace(laid_out, num_trials=num_trials, simulated=simulated, search_seconds=search_seconds,
                    equal_time_seconds=equal_time, notes=[note for note in notes if note])
 
@@ -295,11 +318,10 @@ def equal_time_seconds(search_seconds: float) -> float:
     return max(search_seconds - RAY_START_SECONDS, 0.0) + TRIAL_START_SECONDS
 
 
-def _budget_words(config: SweepConfig) -> str:
-    search = config.search
-    minutes = search.time_budget_minutes
-    # A budget the sweep file wrote (6.5 minutes) as written; one a time limit divided (5.03304 minutes) in seconds.
-    parts = [f"{minutes:g} minutes" if round(minutes, 2) == minutes else f"{minutes * 60:.0f} s"] if minutes else []
+def _budget_words(search: SearchConfig, seconds: float | None) -> str:
+    # A budget the sweep file wrote (6.5 minutes) as written; one a time limit divided (301.98 s) in seconds.
+    minutes = seconds / 60 if seconds else None
+    parts = [f"{minutes:g} minutes" if round(minutes, 2) == minutes else f"{seconds:.0f} s"] if minutes else []
     parts += [f"{search.step_budget} steps"] if search.step_budget else []
     return " and ".join(parts) or "none"
 
@@ -312,4 +334,6 @@ def apply(config: SweepConfig, plan: SearchPlan) -> SweepConfig:
                                               "eval_every_steps": plan.eval_every_steps, "exploit": exploit})
     planned_space = plan.dropout != AUTO_DROPOUT
     space = config.space.model_copy(update={"dropout": plan.dropout}) if planned_space else config.space
-    return config.model_copy(update={"search": search, "space": space})
+    if config.search.time_limit:
+        search = search.model_copy(update={"time_limit": None, "time_budget_minutes": plan.budget_seconds / 60})
+    return config.model_copy(update={"search": search, "space": space, "export": plan.export or config.export})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from finesweep.search.budget.plan import PlanInputs, SearchPlan, search_plan
+from finesweep.search.budget.plan import Allowance, PlanInputs, SearchPlan, search_plan
 from finesweep.spaces import SweepConfig
 
 # The search budgets tried for a second trial: the planned one times GROWTH^k, up to MAX_FACTOR.
@@ -18,14 +18,14 @@ def one_trial_warning(config: SweepConfig, inputs: PlanInputs, plan: SearchPlan)
     what that one trial is, and about how many more seconds of search budget a second trial needs
     (second_trial_budget)."""
     search = config.search
-    if plan.num_trials != 1 or search.num_trials < 2 or not search.fit_to_budget or not search.time_budget_minutes:
+    if plan.num_trials != 1 or search.num_trials < 2 or not search.fit_to_budget or not plan.budget_seconds:
         return None
     alone = (", the baseline's (search.baseline), so the search compares nothing and the export is the recipe a user "
              "would run, trained further" if search.baseline != "off" else
              ", the space's centre, so the search compares nothing")
-    needed = second_trial_budget(config, inputs)
-    more = (f"About {(needed - search.time_budget_minutes) * 60:.0f} s more for the search (search.time_budget_minutes "
-            f"{needed:.3g}, or a time limit that much longer) pays for a second trial"
+    needed = second_trial_budget(config, inputs, plan)
+    more = (f"About {needed - plan.budget_seconds:.0f} s more for the search (search.time_budget_minutes "
+            f"{needed / 60:.3g}, or a time limit that much longer) pays for a second trial"
             if needed else f"Not even {MAX_FACTOR:g} times this budget pays for a second trial here")
     if plan.exploit_share:
         more += (", and so may a smaller share for the winner's further training (search.exploit.share, now "
@@ -33,14 +33,13 @@ def one_trial_warning(config: SweepConfig, inputs: PlanInputs, plan: SearchPlan)
     return f"the budget pays for one trial{alone}. {more}."
 
 
-def second_trial_budget(config: SweepConfig, inputs: PlanInputs) -> float | None:
-    """The least search budget (minutes) of the grid budget x GROWTH^k that the plan starts two trials in (None: not
+def second_trial_budget(config: SweepConfig, inputs: PlanInputs, plan: SearchPlan) -> float | None:
+    """The least search budget (seconds) of the plan's x GROWTH^k that the plan starts two trials in (None: not
     even MAX_FACTOR times the budget): a bisection over k, as more budget starts no fewer trials."""
-    minutes = config.search.time_budget_minutes
+    seconds = plan.budget_seconds
 
     def starts_two(k: int) -> bool:
-        search = config.search.model_copy(update={"time_budget_minutes": minutes * GROWTH ** k})
-        return search_plan(config.model_copy(update={"search": search}), inputs).num_trials >= 2
+        return search_plan(config, inputs, Allowance(seconds * GROWTH ** k, plan.export)).num_trials >= 2
 
     low, high = 0, math.floor(math.log(MAX_FACTOR) / math.log(GROWTH))
     if not starts_two(high):
@@ -48,4 +47,4 @@ def second_trial_budget(config: SweepConfig, inputs: PlanInputs) -> float | None
     while high - low > 1:  # starts_two(high) holds, starts_two(low) does not
         middle = (low + high) // 2
         low, high = (low, middle) if starts_two(middle) else (middle, high)
-    return minutes * GROWTH ** high
+    return seconds * GROWTH ** high

@@ -51,16 +51,15 @@ class Split:
         return budget_seconds - self.winner_seconds(budget_seconds) if budget_seconds else None
 
 
-def winner_share(search: SearchConfig, combinations: list[CombinationTimes], train_rows: int, task: Task,
-                 effective_batches: list[int], concurrency: int) -> Split:
+def winner_share(search: SearchConfig, budget: float | None, combinations: list[CombinationTimes], train_rows: int,
+                 task: Task, effective_batches: list[int], concurrency: int) -> Split:
     """The winner's share of the search's time budget, in order: the file's share, or auto's from the passes the
     budget pays for (auto_share); the trials' cadence at that share (cadence.planned_cadence); lowered so that a trial
     of the slowest candidate starts and evaluates once (leaving_a_first_evaluation); with the trials' schedule at
     that share, none where every trial already makes the winner's passes (sparing_a_capped_winner), else lowered to
     what the winner's passes need (sizing_a_capped_winner); the trials' schedule again where the share fell.
-    Without a time budget the share is the file's (auto's fixed fallback) and buys no seconds. `search` is read,
-    never written."""
-    budget = search.time_budget_minutes * 60 if search.time_budget_minutes else None
+    `budget`: the search's seconds (None: no time budget; the share is then the file's, auto's fixed fallback, and
+    buys no seconds). `search` is read, never written."""
     share, words = (auto_share(combinations, budget, train_rows) if search.exploit.share == "auto" and budget
                     else (search.exploit.fraction, ""))
     every, cadence_notes = planned_cadence(search.eval_every_steps, _trials_seconds(budget, share), combinations)

@@ -631,12 +631,14 @@ def test_a_time_limit_gives_the_search_what_the_data_probe_and_export_leave():
 
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
     config = _config(time_limit="10m", num_trials=50, max_steps=2000)
-    budgeted, division = limit.within_limit(config, _inputs(config, probes), 600, elapsed=40)
-    export = _plan(budgeted, probes).export_seconds
-    assert budgeted.search.time_limit is None  # the derived budget replaces it: trials and resume read the budget
+    allowance = limit.within_limit(config, _inputs(config, probes), 600, elapsed=40)
+    planned = planning.search_plan(config, _inputs(config, probes), allowance)
+    export = planned.export_seconds
+    assert config.search.time_limit == "10m" and config.search.time_budget_minutes is None, "the file stays as written"
     spare = limit.EXPORT_ESTIMATE_MARGIN * export + limit.LIMIT_OVERHEAD_SECONDS
-    assert budgeted.search.time_budget_minutes * 60 == pytest.approx(600 - 40 - export - spare)
-    assert division.startswith("the time limit 10m (600 s) divided: data and probe 40 s, search ")
+    assert allowance.seconds == planned.budget_seconds == pytest.approx(600 - 40 - export - spare)
+    division = allowance.division
+    assert planned.notes[-1] == division and division.startswith("the time limit 10m (600 s) divided: data and probe 40 s, search ")
     assert f"export {export:.0f} s (predicted)" in division
 
 
@@ -654,12 +656,12 @@ def test_an_equal_time_baseline_is_planned_as_the_searchs_time_again_and_a_time_
     assert equal.predicted_seconds == pytest.approx(trial.predicted_seconds + equal.equal_time_seconds)
     assert any("search.baseline.budget: equal" in note for note in equal.notes)
     config = _config(time_limit="10m", num_trials=50, max_steps=2000, baseline={"budget": "equal"})
-    budgeted, division = limit.within_limit(config, _inputs(config, probes), 600, elapsed=40)
-    export = _plan(budgeted, probes).export_seconds
+    allowance = limit.within_limit(config, _inputs(config, probes), 600, elapsed=40)
+    planned = planning.search_plan(config, _inputs(config, probes), allowance)
+    export, division = planned.export_seconds, allowance.division
     spare = limit.EXPORT_ESTIMATE_MARGIN * export + limit.LIMIT_OVERHEAD_SECONDS
-    search = budgeted.search.time_budget_minutes * 60
+    search = allowance.seconds
     assert search == pytest.approx((600 - 40 - export - spare - START) / 2)
-    planned = _plan(budgeted, probes)
     assert 40 + planned.predicted_seconds <= 600 - spare + planning.RAY_START_SECONDS + 1, "within the limit"
     assert f"search {search:.0f} s, and up to as long again for the baseline at equal time, export" in division
 
@@ -675,8 +677,8 @@ def test_a_time_limit_that_cannot_pay_for_one_trial_is_refused_before_training_w
     text = str(refused.value)
     assert text.startswith("search.time_limit 90s: the data and the probe took 60 s")
     needed = float(text.split("Raise the limit to at least ")[1].split("s,")[0])
-    budgeted, _ = limit.within_limit(config, _inputs(config, probes), needed + 1, elapsed=60)
-    assert budgeted.search.time_budget_minutes > 0  # the limit the error names is enough
+    assert limit.within_limit(config, _inputs(config, probes), needed + 1, elapsed=60).seconds > 0, \
+        "the limit the error names is enough"
 
 
 @pytest.mark.parametrize("text,seconds", [("600s", 600), ("10m", 600), ("1.5h", 5400), (" 90 S ", 90)])
