@@ -193,7 +193,7 @@ def plan(sweep_file: Path = typer.Argument(..., help="The sweep file (YAML)."),
 
         measured = measure.measure_inputs(config, inputs.sweep_folder(config), Console(), measure.process_started(),
                                           address=address)
-        if measure.plan_trials(measured, address)[1] is None:
+        if not measure.plan_trials(measured, address).combinations:
             typer.secho("no plan: the probe measured no combination that trains", fg=typer.colors.RED, err=True)
             raise typer.Exit(1)
 

@@ -13,7 +13,7 @@ from typing import Any
 from finesweep.search.budget.export_calibration import calibration_key
 from finesweep.search.budget.export_calibration import ratios as export_ratios
 from finesweep.search.budget.limit import probe_seconds, within_limit
-from finesweep.search.budget.plan import apply, plan_inputs, search_plan
+from finesweep.search.budget.plan import SearchPlan, plan_inputs, search_plan, unplanned
 from finesweep.search.budget.second_trial import one_trial_warning
 from finesweep.search.inputs import (PreparedSweep, SweepFolder, dequantize_gguf, prepare_data, read_data,
                                      tokenizer_candidates)
@@ -30,6 +30,7 @@ from finesweep.search.probe.answers import machine_probe_file
 from finesweep.search.probe.table import ProbeResult, probe_all, probe_worker
 from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import Method, SweepConfig, SweepFileError
+from finesweep.spaces.grid import grid_configurations
 from finesweep.trainer.gguf import check_gguf
 from finesweep.trainer.models import check_pooling
 
@@ -188,32 +189,32 @@ def _export_thread_ratio(config: SweepConfig, device: Device) -> float:
     return usable_cores() / config.resources.cpus_per_trial
 
 
-def plan_trials(inputs: Measured, address: str | None) -> tuple[SweepConfig, dict[str, Any] | None]:
-    """The trials' length and number planned from the probe's speeds and the budget (search/budget/plan.py),
-    printed with the predicted end; the config they change, and the plan for the record (None: nothing measured).
-    Under search.time_limit the search gets what the command's time so far and the export's estimate leave of it."""
+def plan_trials(inputs: Measured, address: str | None) -> SearchPlan:
+    """The search's plan from the probe's speeds and the budget (search/budget/plan.py), printed with the predicted
+    end: what finesweep decided beside the sweep file, which stays as written. Under search.time_limit the search
+    gets what the command's time so far and the export's estimate leave of it (search/budget/limit.py)."""
     config, elapsed = inputs.config, inputs.clock.total
     splits = inputs.data.prepared.report.splits
     device = inputs.device
     # The export runs in this process, with every core.
     key = calibration_key(config, [device.kind, device.name, device.total_memory], usable_cores())
     calibration = {"key": key, "ratios": export_ratios(key)}
-
+    grid_size = grid_configurations(config, inputs.precisions) if config.search.algorithm == "grid" else None
+    concurrency = trial_slots(config, device, address)
     measured = plan_inputs(
         config, kept_probes(config, inputs.precisions, inputs.probes), validation_rows=splits.get("validation", 0),
-        test_rows=splits.get("test", 0), seq_len=inputs.data.max_seq_len,
-        concurrency=trial_slots(config, device, address), lengths=inputs.data.lengths,
-        train_rows=splits.get("train", 0), cuda=_cuda_present(),
-        export_thread_ratio=_export_thread_ratio(config, device), export_calibration=calibration)
+        test_rows=splits.get("test", 0), seq_len=inputs.data.max_seq_len, concurrency=concurrency,
+        lengths=inputs.data.lengths, train_rows=splits.get("train", 0), cuda=_cuda_present(),
+        export_thread_ratio=_export_thread_ratio(config, device), export_calibration=calibration,
+        elapsed_seconds=elapsed, grid_size=grid_size)
     if measured is None:
-        return config, None
+        return unplanned(config, concurrency, elapsed, grid_size)
     limit = config.search.time_limit_seconds
     plan = search_plan(config, measured, within_limit(config, measured, limit, elapsed) if limit else None)
     inputs.console.plan(plan, elapsed)
     if warning := one_trial_warning(config, measured, plan):
         inputs.console.warn(warning)
-    record = {**plan.to_dict(), "predicted_wall_seconds": round(elapsed + plan.predicted_seconds, 1)}
-    return apply(config, plan), {**record, **({"time_limit_seconds": limit} if limit else {})}
+    return plan
 
 
 def _cuda_present() -> bool:

@@ -32,10 +32,11 @@ from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEVICE_TAG, GIT_COMMIT_TAG,
                                             GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
 from finesweep.search.tuning import equal_time, exploit, exploit_outcome
-from finesweep.search.tuning.context import TrialContext, allotted_time
+from finesweep.search.budget.plan import SearchPlan, recorded_plan
+from finesweep.search.tuning.context import TrialContext, planned_lengths
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic
-from finesweep.spaces.grid import fit_to_grid
+from finesweep.spaces.config import ExportConfig
 from finesweep.trainer import data as data_module
 from finesweep.trainer.models import load_tokenizer
 
@@ -69,7 +70,7 @@ class Session(Measured):
     tracker: Tracker | None = None
     experiment_id: str = ""
     parent: str = ""
-    plan: dict[str, Any] | None = None  # what the plan decided and predicted (a new sweep's; a resume keeps its own)
+    plan: SearchPlan | None = None  # what the plan decided and predicted (a new sweep's; a resume keeps its own)
     exploitation: dict[str, Any] | None = None  # what training the winner further did (search.exploit), when it ran
     no_export_reason: str = ""  # why the search left nothing to export, and the fix (callbacks.no_evaluation_reason)
     # What the comparison with the baseline needs besides the test split (comparison_inputs): the recipe effect, the
@@ -95,11 +96,10 @@ def run(config: SweepConfig, *, address: str | None = None, tracking_uri: str | 
     """Run the whole sweep; returns the summary that is also written to <sweep>/summary.json. `started`: when the
     process started (time.time()'s clock: measure.process_started), from which search.time_limit counts."""
     session = _open(config, sweep_folder(config), tracking_uri, console or Console(), started, address=address)
-    session.config, session.plan = plan_trials(session, address)
+    session.plan = plan_trials(session, address)
     session.experiment_id, session.parent = start_parent_run(session.config, session.folder, session.tracker,
                                                              session.device)
-    if session.plan:
-        session.tracker.log_json(session.parent, session.plan, "plan.json")
+    session.tracker.log_json(session.parent, session.plan.to_dict(), "plan.json")
     for obj, name in ((session.data.prepared.report.to_dict(), "data_report.json"),
                       ({k: asdict(v) for k, v in session.probes.items()}, "probe.json"),
                       (session.data.lengths, "token_lengths.json")):
@@ -126,7 +126,8 @@ def resume(sweep_dir: Path, *, address: str | None = None, console: Console | No
     session = _open(config, SweepFolder(Path(state["root"])), state["tracking_uri"], console or Console(),
                     recorded_probes=state.get("probes"), address=address)
     session.experiment_id, session.parent = state["experiment_id"], state["parent_run_id"]
-    session.plan = state.get("plan")  # the saved config is already the planned one: planning again would change it
+    # The plan the sweep started with: planning again would change its trials' lengths and number midway.
+    session.plan = recorded_plan(state.get("plan") or {}, config)
     session.tracker.reopen(session.parent)
     session.console.step(f"Resuming the search from {state['tune_experiment']}")
     return _search_and_export(session, address, state["tune_experiment"], resume=True)
@@ -144,7 +145,7 @@ def _save_state(session: Session, tune_experiment: str) -> None:
     write_json_atomic(session.folder.state_file, {
         "root": str(session.folder.root), "config": session.config.model_dump(mode="json"),
         "tracking_uri": session.tracker.uri, "experiment_id": session.experiment_id,
-        "parent_run_id": session.parent, "tune_experiment": tune_experiment, "plan": session.plan,
+        "parent_run_id": session.parent, "tune_experiment": tune_experiment, "plan": session.plan.to_dict(),
         "probes": {key: asdict(result) for key, result in session.probes.items()},
     }, indent=1)
 
@@ -163,10 +164,9 @@ def _search_and_export(session: Session, address: str | None, tune_experiment: s
         tracker.finish(session.parent, "FAILED")
         raise
     summary["wall_seconds"], summary["phase_seconds"] = session.clock.total, session.clock.phases
-    predicted = {}
-    if session.plan:
-        summary["plan"] = session.plan
-        predicted = {"plan_predicted_wall_seconds": session.plan["predicted_wall_seconds"]}
+    summary["plan"] = session.plan.to_dict()
+    predicted = ({"plan_predicted_wall_seconds": round(session.plan.predicted_wall_seconds, 1)}
+                 if session.plan.combinations else {})
     tracker.log_metrics(session.parent, {"sweep_wall_seconds": summary["wall_seconds"], **predicted,
                                          **{f"phase_{phase}_seconds": s for phase, s in session.clock.phases.items()}}, 0)
     tracker.finish(session.parent)
@@ -185,10 +185,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     from finesweep.search.tuning.trials_share import planned_times
     from finesweep.search.tuning.tuner import TuneSetup, make_tuner, restore_tuner
 
-    config, tracker = session.config, session.tracker
-    if config.search.algorithm == "grid":
-        config, note = fit_to_grid(config, session.precisions)  # a grid runs each configuration once at most
-        session.console.step(note)
+    config, tracker, plan = session.config, session.tracker, session.plan
     context = TrialContext(
         sweep=config.model_dump(mode="json"), tokenized=session.data.tokenized,
         label_names=session.data.prepared.label_names,
@@ -196,7 +193,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
         eval_batches={k: v.eval_batch_size for k, v in session.probes.items()}, tracking_uri=tracker.uri,
         experiment_id=session.experiment_id, parent_run_id=session.parent, spool_dir=str(tracker.spool.folder),
         checkpointing={k: v.gradient_checkpointing for k, v in session.probes.items()},
-        **allotted_time(session.plan), train_rows=session.data.prepared.report.splits.get("train", 0),
+        **planned_lengths(plan), train_rows=session.data.prepared.report.splits.get("train", 0),
     )
     start_ray(address)
     if address is None and session.device.kind == "cpu":
@@ -205,10 +202,10 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
         if (other_work := warn_of_other_work()) is not None:
             tracker.log_metrics(session.parent, {"search_start_other_work_cores": other_work}, 0)
     session.console.search_start(config.search.algorithm, config.search.scheduler, config.search.plateau_patience)
-    evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
-    recorder = TrialEndRecorder(tracker.uri, context, evaluations, session.console.trial_event(config.search.metric))
-    setup = TuneSetup(context, session.folder.tune, tune_experiment, session.precisions, [recorder],
-                      planned_times(session.plan))
+    recorder = TrialEndRecorder(tracker.uri, context, plan.evaluations,
+                                session.console.trial_event(config.search.metric))
+    setup = TuneSetup(context, session.folder.tune, tune_experiment, session.precisions, [recorder], plan,
+                      planned_times(plan))
     continuing = read_state(session.folder.root).get("exploitation") if resume else None
     started = time.time()
     if continuing:  # interrupted while the winner trained further: the trials are over, their results are kept
@@ -224,7 +221,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
                     session.folder.root / "plots", session.console.warn)
     # With search.second_objective: the Pareto front printed and logged, and the trial search.pick names.
     best = pick_export(results, config.search, tracker, session.parent, session.console, session.folder.root)
-    session.no_export_reason = "" if best else no_evaluation_reason(config, results)
+    session.no_export_reason = "" if best else no_evaluation_reason(plan, results)
     best = _exploit(session, setup, best, results, explored, continuing)
     session.console.leaderboard(tracker, session.experiment_id, session.parent, config.search.metric, config.search.mode)
     session.clock.lap("search")
@@ -263,7 +260,7 @@ def _train_baseline_again(session: Session, setup, results, baseline: Best, resu
     recorded = read_state(session.folder.root).get("equal_time") if resume else None
     seconds = recorded["seconds"] if recorded else comparison["arms"]["export"]["seconds"]
     done = equal_time.train_baseline_again(
-        session.config, setup, baseline, results, seconds, session.plan, session.tracker.uri, session.console,
+        session.config, setup, baseline, results, seconds, session.tracker.uri, session.console,
         resuming=recorded is not None, save=lambda record: _update_state(session, equal_time=record))
     comparison["equal_time"] = done
     if checkpoint := done.get("checkpoint"):
@@ -277,14 +274,14 @@ def _exploit(session: Session, setup, winner: Best | None, results, explored: fl
     checkpoint and its continuation's. The continuation is recorded in sweep-state.json before it starts, so a
     resume after a crash goes on with it, and its outcome once it has ended, so a resume after a later crash (in the
     equal-time baseline's run, say) reads it rather than training it again."""
-    if winner is None or not exploit.applies(session.config):
+    if winner is None or not exploit.applies(session.plan):
         return winner
     resumed = explored is None
     if resumed and "exploited" in (state := read_state(session.folder.root)):  # it had ended before the crash
         session.exploitation = state["exploited"]["record"]
         return Best.from_dict(state["exploited"]["pick"])
     final, session.exploitation = exploit.continue_winner(
-        session.config, setup, winner, results, explored, continuing, session.plan, session.tracker.uri,
+        session.config, setup, winner, results, explored, continuing, session.tracker.uri,
         session.console, lambda record: _update_state(session, exploitation=record),
         validation_rows=session.data.prepared.report.splits.get("validation", 0),
         train_rows=session.data.prepared.report.splits.get("train", 0))
@@ -310,7 +307,7 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
     edges = [] if baseline_won else edge_warnings(best.params, session.config.space,  # the baseline is off-space
                                                   session.compared)
     exported = export_winner(session.config, session.folder, session.data, best, console, baseline, edges,
-                             session.exploitation, session.comparison, len(session.compared))
+                             session.exploitation, session.comparison, len(session.compared), session.plan.export)
     registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)
     export_calibration.learn(session.plan, exported.seconds, exported.not_made)  # the next plan's estimate
     session.clock.lap("export")
@@ -322,10 +319,10 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
             "export_steps": _against_plan(exported.seconds, session.plan)}
 
 
-def _against_plan(seconds: dict[str, float], plan: dict[str, Any] | None) -> dict[str, dict[str, float | None]]:
+def _against_plan(seconds: dict[str, float], plan: SearchPlan) -> dict[str, dict[str, float | None]]:
     """Each export step's seconds beside the plan's prediction for it (None: the plan predicted none, or a resumed
     sweep's older plan did not break the export down)."""
-    predicted = (plan or {}).get("export_steps") or {}
+    predicted = plan.export_steps
     return {step: {"seconds": taken, "predicted": predicted.get(step)} for step, taken in seconds.items()}
 
 
@@ -360,9 +357,11 @@ def reexport(sweep_dir: Path, quantization: list[str] | None, out_dir: Path | No
 
 def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep, best, console: Console,
                   baseline=None, edges: list[str] | None = None, exploitation: dict[str, Any] | None = None,
-                  comparison: dict[str, Any] | None = None, searched: int | None = None):
+                  comparison: dict[str, Any] | None = None, searched: int | None = None,
+                  export: ExportConfig | None = None):
     """`comparison` (comparison_inputs, with the equal-time run's record where it ran) and `searched` (the space's
-    trials that reported an evaluation): for the comparison with the baseline (selection/baseline.py::compare)."""
+    trials that reported an evaluation): for the comparison with the baseline (selection/baseline.py::compare).
+    `export`: the export as the plan fitted it (None: the file's, for a re-export)."""
     name = baseline_comparison.export_name({"trial_id": best.trial_id, "exploitation": exploitation})
     console.step(f"Exporting the best checkpoint ({name}, step {best.step}) and quantizing")
     tokenizer = load_tokenizer(config.candidate(best.model), config.trust_remote_code,
@@ -375,7 +374,7 @@ def export_winner(config: SweepConfig, folder: SweepFolder, data: PreparedSweep,
                          log_file=folder.log_file,
                          baseline={**baseline.as_dict(), **(comparison or {}), "searched_trials": searched}
                          if baseline else None,
-                         search_warnings=edges, chat_format=data.prepared.report.chat_format)
+                         search_warnings=edges, chat_format=data.prepared.report.chat_format, export=export)
     console.export_table(result)
     return result
 

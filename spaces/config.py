@@ -4,7 +4,7 @@ space_config.py, the `search:` section's in search_config.py) and nowhere else."
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -285,17 +285,17 @@ class TrackingConfig(Section):
     experiment: str | None = Field(None, description="MLflow experiment name; unset = the sweep's name.")
 
 
-# The export list of a sweep file that leaves it unset: bitsandbytes (memory) and the fast CPU variant (speed).
-DEFAULT_QUANTIZATION = [Quantization.int8, Quantization.onnx_int8]
+# export.quantization auto: bitsandbytes (memory) and the fast CPU variant (speed).
+AUTO_QUANTIZATION = (Quantization.int8, Quantization.onnx_int8)
 
 
 class ExportConfig(Section):
     """What is done with the best checkpoint."""
 
-    quantization: list[Quantization] = Field(DEFAULT_QUANTIZATION, min_length=1, description=(
+    quantization: Annotated[list[Quantization], Field(min_length=1)] | Literal["auto"] = Field("auto", description=(
         "Exports to make and measure: none; int8, nf4 (bitsandbytes); torchao-int8 (CPU), torchao-int4 (CUDA 8.0+), "
         "torchao-fp8 (CUDA 8.9+); onnx-int8 (the fast CPU path); gguf-q8_0, gguf-q4_k_m (a causal LM for llama.cpp). "
-        "Unset: int8 and onnx-int8, trimmed where search.time_limit leaves too little."))
+        "auto: int8 and onnx-int8, trimmed where search.time_limit is short; a list stands."))
     output_dir: str | None = Field(None, description="Export folder; unset = <sweep folder>/export.")
     max_metric_drop: float = Field(0.01, ge=0, description=(
         "Warn when a quantized model's metric falls by more than this."))
@@ -307,6 +307,12 @@ class ExportConfig(Section):
         "Register each exported variant in the MLflow model registry (a new version each export, alias = variant)."))
     registered_model_name: str | None = Field(None, description=(
         "Registered model name; unset = the sweep's name."), min_length=1)
+
+    def resolved(self) -> ExportConfig:
+        """This section with quantization auto as it stands where no time limit trims it (AUTO_QUANTIZATION)."""
+        if self.quantization != "auto":
+            return self
+        return self.model_copy(update={"quantization": list(AUTO_QUANTIZATION)})
 
 
 def _raw_task(data: Any) -> Task | None:
@@ -383,7 +389,7 @@ class SweepConfig(Section):
         problems += [problem] if (problem := self.search.metric_problem(self.data.task)) else []
         if problems:
             raise ValueError("; ".join(problems))
-        gguf = [q.value for q in self.export.quantization if q.is_gguf]
+        gguf = [q.value for q in self.export.resolved().quantization if q.is_gguf]
         if gguf and self.data.task != Task.causal_lm:
             raise ValueError(f"export.quantization: {', '.join(gguf)} is a GGUF file for llama.cpp, which runs causal "
                              f"language models, but data.task is {self.data.task.value}; remove {', '.join(gguf)} "

@@ -102,10 +102,7 @@ def grid_trials(num_trials: int, size: int) -> tuple[int, str]:
     return size, f"grid search: all {size} configurations of the grid run"
 
 
-def fit_to_grid(config: SweepConfig, precisions: list[str]) -> tuple[SweepConfig, str]:
-    """The sweep with search.num_trials capped at the grid's size, and the note for the console."""
+def grid_configurations(config: SweepConfig, precisions: list[str]) -> int:
+    """How many distinct configurations the sweep's grid holds over the `precisions` the probe kept."""
     values = grid(config.space, config.model_names, precisions, config.search.grid_points)
-    size = grid_size(values, method_rates(config.space, values, config.search.grid_points))
-    trials, note = grid_trials(config.search.num_trials, size)
-    search = config.search.model_copy(update={"num_trials": trials})
-    return config.model_copy(update={"search": search}), note
+    return grid_size(values, method_rates(config.space, values, config.search.grid_points))

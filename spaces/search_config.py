@@ -67,6 +67,7 @@ class BaselineRecipe(Section):
         "training seconds, both on test (the gain at equal time); doubles the search's time."))
 
 
+AUTO_EVAL_EVERY_STEPS = 50  # search.eval_every_steps auto, where no time budget lowers it (search/budget/cadence.py)
 AUTO_SHARE_UNPLANNED = 0.4  # search.exploit.share auto where the plan measured nothing to resolve it from
 MAX_SHARE = 0.9
 # search.exploit.max_epochs auto, a classifier's: the passes that make this many training samples, within the bounds.
@@ -129,10 +130,6 @@ class ExploitConfig(Section):
         """The share as a number: the plan resolves auto (search/budget/plan.py); unplanned, the fixed default."""
         return AUTO_SHARE_UNPLANNED if self.share == "auto" else self.share
 
-    def seconds(self, time_budget_minutes: float | None) -> float:
-        """Seconds of the time budget kept for the winner (0 without a time budget)."""
-        return self.fraction * time_budget_minutes * 60 if time_budget_minutes else 0.0
-
 
 class SearchConfig(Section):
     """How trials are sampled, run and stopped."""
@@ -159,10 +156,10 @@ class SearchConfig(Section):
     mode: Literal["min", "max"] = Field(METRIC_MODES[TASK_DEFAULT_METRIC[Task.classification]], description=(
         "Whether the metric is minimised or maximised. Unset: the way the metric is better (max for accuracy, F1 and "
         "speeds, min for loss and perplexity)."))
-    eval_every_steps: int = Field(50, ge=1, description=(
-        "Optimizer steps between evaluations (each one reported to ASHA and MLflow). At this default, under a time "
-        "budget, fewer where a trial of the slowest combination would not evaluate twice in the trials' share (the "
-        "plan says so); another number stands."))
+    eval_every_steps: int | Literal["auto"] = Field("auto", description=(
+        "Optimizer steps between evaluations (each one reported to ASHA and MLflow). auto: 50 (max_steps at most), "
+        "and under a time budget fewer where a trial of the slowest combination would not evaluate twice in the "
+        "trials' share (the plan says so). A number stands as written."))
     max_steps: int = Field(200, ge=1, description="Optimizer steps per trial at most.")
     time_budget_minutes: float | None = Field(None, gt=0, description=(
         "Wall-clock budget of the search: the trials, then the winner trained further (search.exploit.share of it). "
@@ -243,13 +240,6 @@ class SearchConfig(Section):
         return self.baseline.budget if isinstance(self.baseline, BaselineRecipe) else "trial"
 
     @property
-    def exploration_seconds(self) -> float | None:
-        """The trials' share of the time budget (None without one): what the exploitation keeps is not theirs."""
-        if not self.time_budget_minutes:
-            return None
-        return self.time_budget_minutes * 60 - self.exploit.seconds(self.time_budget_minutes)
-
-    @property
     def time_limit_seconds(self) -> float | None:
         return parse_duration(self.time_limit) if self.time_limit else None
 
@@ -302,7 +292,7 @@ class SearchConfig(Section):
 
     @model_validator(mode="after")
     def _eval_fits(self) -> "SearchConfig":
-        if self.eval_every_steps > self.max_steps:
+        if self.eval_every_steps != "auto" and self.eval_every_steps > self.max_steps:
             raise ValueError(
                 f"eval_every_steps ({self.eval_every_steps}) must be <= max_steps ({self.max_steps}), "
                 "or no trial is ever evaluated"

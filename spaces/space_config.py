@@ -221,6 +221,11 @@ class SpaceConfig(Section):
                 return f"{key} is fixed at {dim:g} in the space, so it cannot be set per point"
         return None
 
+    def with_auto_dropout(self, rate: float | None) -> SpaceConfig:
+        """This space as the trials sample it: dropout auto replaced by the rate the plan resolved it to
+        (search/budget/dropout_default.py); a space whose dropout the file sets, as it is."""
+        return self.model_copy(update={"dropout": rate}) if self.dropout == AUTO_DROPOUT else self
+
     @field_validator("dropout", mode="before")
     @classmethod
     def _checkpoint_dropout(cls, value: Any) -> Any:

@@ -1,15 +1,16 @@
 """A causal-LM sweep written with only data, model, methods and a learning-rate range, run with `--time-limit`: does
 the command end within its limit, how much of it goes to the memory probe, and what does the exported model score?
 
-Runs `finesweep run minimal.yaml --time-limit <limit>` once, as a user's first sweep on this machine (a machine
+Runs `finesweep run minimal.yaml --time-limit <limit>` (or `--sweep` another file, such as the LLM example
+sweeps/smollm2-chat.yaml) once, as a user's first sweep on this machine (a machine
 cache of its own: the GGUF is dequantized and every combination probed inside the limit). Records the plan's
 division of the limit, the real phases, the trials, the test loss, perplexity and generation scores of every
 exported variant, and the decode speed. Writes
 benchmarks/llm-time-limit/llm-time-limit-chat-<cpu kind>-<date>-<commit>.json (cpu kind: avx512-bf16, avx512 or
-avx2; a limit other than 10m adds itself after `chat`) and prints a Markdown table. Run from the
-repository root, with nothing else loading the machine:
+avx2; a limit other than 10m adds itself after `chat`, another sweep file its name) and prints a Markdown table. Run
+from the repository root, with nothing else loading the machine:
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/llm-time-limit/run.py [--limit 10m]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/llm-time-limit/run.py [--limit 10m] [--sweep sweeps/smollm2-chat.yaml]
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
 
-def run(limit: str, work: Path) -> dict[str, Any]:
-    sweep = yaml.safe_load((HERE / "minimal.yaml").read_text())
+def run(limit: str, work: Path, source: Path) -> dict[str, Any]:
+    sweep = yaml.safe_load(source.read_text())
     sweep["output_root"] = str(work)
-    sweep["data"]["path"] = str((HERE / sweep["data"]["path"]).resolve())
-    sweep_file = work / "minimal.yaml"
+    sweep["data"]["path"] = str((source.parent / sweep["data"]["path"]).resolve())
+    sweep_file = work / source.name
     sweep_file.write_text(yaml.safe_dump(sweep, sort_keys=False))
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "FINESWEEP_CACHE": str(work / "machine-cache")}
     started = time.monotonic()
@@ -84,8 +85,8 @@ def _probe(folder: Path) -> dict[str, Any]:
 
 
 def _plan(plan: dict[str, Any]) -> dict[str, Any]:
-    keep = ("search_seconds", "export_seconds", "exploration_seconds", "exploitation_seconds", "exploit_share",
-            "max_steps", "num_trials", "notes")
+    keep = ("predicted_wall_seconds", "budget_seconds", "search_seconds", "export_seconds", "exploration_seconds",
+            "exploitation_seconds", "exploit_share", "max_steps", "num_trials", "notes")
     return {key: plan[key] for key in keep if key in plan}
 
 
@@ -107,7 +108,9 @@ def _trials(folder: Path) -> list[dict[str, Any]]:
 def table(result: dict[str, Any]) -> str:
     phases = result["phase_seconds"] or {}
     wall = result["wall_seconds"]
-    lines = [f"`run --time-limit {result['limit']}`: exit {result['exit_status']}, {wall:.0f} s; " +
+    predicted = (result["plan"] or {}).get("predicted_wall_seconds")
+    against = f" (the plan predicted {predicted:.0f} s: the run took {wall / predicted:.2f}x)" if predicted else ""
+    lines = [f"`run --time-limit {result['limit']}`: exit {result['exit_status']}, {wall:.0f} s{against}; " +
              ", ".join(f"{name} {value:.0f} s ({value / wall:.0%})" for name, value in phases.items()),
              *([result["error"]] if result.get("error") else []), "",
              "| variant | test loss | perplexity | exact match | token F1 | ROUGE-L | ms / generated token |",
@@ -122,14 +125,17 @@ def table(result: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", default="10m", help="run --time-limit (default 10m)")
+    parser.add_argument("--sweep", type=Path, default=HERE / "minimal.yaml", help="the sweep file (default minimal.yaml)")
     args = parser.parse_args()
     work = REPO / "runs" / "llm-time-limit"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     result = {"cpu": cpu_identity(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                       text=True).stdout.strip(), **run(args.limit, work)}
-    data = "chat" + ("" if args.limit == "10m" else f"-{args.limit}")
+                                       text=True).stdout.strip(), "sweep": str(args.sweep.resolve().relative_to(REPO)),
+              **run(args.limit, work, args.sweep.resolve())}
+    named = "" if args.sweep.resolve() == (HERE / "minimal.yaml") else f"-{args.sweep.stem}"
+    data = "chat" + named + ("" if args.limit == "10m" else f"-{args.limit}")
     out = naming.result_path(HERE, "llm-time-limit", data, {**result, "finesweep_commit": result["commit"]})
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{result['cpu']}; {result['cores']} cores; wrote {out.relative_to(REPO)}\n\n{table(result)}")

@@ -121,6 +121,7 @@ class BestKeeper:
 def train_best(config: Any, point: dict[str, Any], tokenized: Path, labels: list[str], work: Path,
                threads: int, micro: int) -> tuple[Path, dict[str, Any]]:
     """Train the recipe with finesweep's trial code; returns the best evaluation's model folder and the training log."""
+    from finesweep.search.budget.plan import unplanned
     from finesweep.trainer.trial import TrialPlan, plan_batches, train
 
     plan = TrialPlan(
@@ -128,7 +129,7 @@ def train_best(config: Any, point: dict[str, Any], tokenized: Path, labels: list
         tokenized_dir=str(tokenized), output_dir=str(work / "trial"), precision=point["precision"],
         method=point["method"], learning_rate=float(point["learning_rate"]), weight_decay=float(point["weight_decay"]),
         warmup_ratio=float(point["warmup_ratio"]), batch=plan_batches(int(point["effective_batch_size"]), micro),
-        eval_batch=64, max_steps=config.search.max_steps, eval_every_steps=config.search.eval_every_steps,
+        eval_batch=64, max_steps=config.search.max_steps, eval_every_steps=unplanned(config, 1).eval_every_steps,
         seed=config.seed, threads=threads, trust_remote_code=config.trust_remote_code,
         lora_r=point.get("lora_r"), lora_alpha=point.get("lora_alpha"), lora_dropout=config.space.lora_dropout,
     )

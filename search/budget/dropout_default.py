@@ -47,10 +47,10 @@ def planned_passes(config: SweepConfig, combinations: list[CombinationTimes], tr
 
 def resolve_dropout(config: SweepConfig, combinations: list[CombinationTimes], train_rows: int,
                     budget: float | None) -> tuple[float | None, str]:
-    """space.dropout with auto resolved (0.0, or None for the checkpoint's own), and the plan's sentence that says
-    which and why (empty where the file set the dropout)."""
+    """What space.dropout auto resolves to (0.0, or None for the checkpoint's own), and the plan's sentence that
+    says which and why; (None, "") where the file sets the dropout."""
     if config.space.dropout != AUTO_DROPOUT:
-        return config.space.dropout, ""
+        return None, ""
     passes = planned_passes(config, combinations, train_rows, budget)
     if passes is None:
         rate, words = None, "the checkpoint's own (auto: the passes over the training split are not known)"

@@ -16,11 +16,14 @@ import logging
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from finesweep.search.probe.answers import add_to_cache, model_files, read_cache
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import machine_cache
+
+if TYPE_CHECKING:
+    from finesweep.search.budget.plan import SearchPlan
 
 log = logging.getLogger(__name__)
 
@@ -78,15 +81,15 @@ def note(known: dict[str, float]) -> str:
             "over the rules' prediction; search/budget/export_calibration.py)")
 
 
-def learn(plan: dict[str, Any] | None, seconds: dict[str, float], not_made: dict[str, str],
+def learn(plan: SearchPlan | None, seconds: dict[str, float], not_made: dict[str, str],
           cache: Path | None = None) -> dict[str, float]:
     """After an export: each step's seconds over the rules' prediction for it (the plan's estimate without the
     ratios it applied), kept (the last KEPT_EXPORTS of a step) for the next plan under the plan's calibration key.
     Steps that failed, took under MIN_STEP_SECONDS or had no prediction teach nothing; nothing is kept without a
     plan (a re-export), nor where the cache cannot be written (logged: the export is done). Returns the ratios
     learned."""
-    record = (plan or {}).get("export_calibration") or {}
-    predicted = (plan or {}).get("export_steps") or {}
+    record = plan.export_calibration if plan else {}
+    predicted = plan.export_steps if plan else {}
     if not record.get("key"):
         return {}
     applied = record.get("ratios") or {}

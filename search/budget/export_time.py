@@ -49,7 +49,7 @@ def export_steps(config: SweepConfig, combinations: list[CombinationTimes], test
     (and answers) once beside them.
     `thread_ratio`: the export's threads over a trial's. `export`: the export as it will run (a time limit may
     lighten the file's: export_fit.py); None: the file's."""
-    export = export or config.export
+    export = (export or config.export).resolved()
     variants = ["none"] + [q.value for q in export.quantization if q.value != "none"]
     eval_speed = _full_precision_speed(combinations) * min(max(thread_ratio, 1.0), EXPORT_THREADS_CAP)
     row_seconds = 1.0 / eval_speed

@@ -16,6 +16,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from finesweep.search.budget.cadence import planned_cadence
 from finesweep.search.budget.dropout_default import resolve_dropout
 from finesweep.search.budget.export_calibration import calibrated
 from finesweep.search.budget.export_calibration import note as calibration_note
@@ -23,14 +24,13 @@ from finesweep.search.budget.export_time import export_steps
 from finesweep.search.budget.measured import (FORWARD_SPEEDUP, RAY_START_SECONDS, SMALL_MODEL_LOAD_SECONDS,
                                               TRIAL_START_SECONDS)
 from finesweep.search.budget.padding import length_grouped_megabatch, padded_fraction
-from finesweep.search.budget.schedule import trials_schedule
 from finesweep.search.budget.simulate import Lane, Simulated, asha_milestones, simulate
 from finesweep.search.budget.winner import Split, passes_cap_words, winner_share
 from finesweep.search.probe.table import ProbeResult, attempt_speed
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.config import ExportConfig
 from finesweep.spaces.search_config import SearchConfig
-from finesweep.spaces.space_config import AUTO_DROPOUT
+from finesweep.spaces.grid import grid_trials
 
 SIMULATIONS = 31  # seeded runs of the search; the plan reports their median
 
@@ -60,7 +60,9 @@ class CombinationTimes:
 
 @dataclass(frozen=True)
 class SearchPlan:
-    """What the plan decided, why, and what it predicts."""
+    """What the plan decided, beside what the sweep file asked (requested_*), why (notes), and what it predicts. The
+    one record of time every consumer reads: the trials, Tune's stoppers and scheduler, the winner's training, the
+    export, the console, MLflow and a resume (to_dict and from_dict)."""
 
     combinations: list[CombinationTimes]
     eval_every_steps: int
@@ -77,14 +79,18 @@ class SearchPlan:
     period_seconds: float | None = None  # allotted in time: every evaluation period lasts this long
     samples_per_evaluation: dict[str, int] = field(default_factory=dict)  # per combination, when allotted in time
     exploitation_seconds: float = 0.0  # after the trials, the winner trains this long (search.exploit)
-    exploit_share: float | None = None  # search.exploit.share as planned (auto resolved)
-    dropout: Any = AUTO_DROPOUT  # space.dropout as planned (auto resolved: search/budget/dropout_default.py)
+    exploit_share: float = 0.0  # of the search's budget, for the winner (search.exploit.share, auto resolved)
+    # What space.dropout auto resolved to (search/budget/dropout_default.py): 0.0, or None for the checkpoint's own
+    # (also where the file sets the dropout: the space holds it; SpaceConfig.with_auto_dropout reads both).
+    auto_dropout: float | None = None
     export_calibration: dict[str, Any] = field(default_factory=dict)  # key, ratios applied (export_calibration.py)
     # search.baseline.budget equal: after the search, the baseline recipe trains again for as long as the export
     # trained (search/tuning/equal_time.py); at most the search's budget, which is what this predicts.
     equal_time_seconds: float = 0.0
     budget_seconds: float | None = None  # the search's, trials and winner (None: no time budget)
-    export: ExportConfig | None = None  # the export as it will run (limit.py may lighten the file's)
+    export: ExportConfig = field(default_factory=ExportConfig)  # as it will run (limit.py may lighten the file's)
+    elapsed_seconds: float = 0.0  # the command's seconds before the search: data and probe
+    time_limit_seconds: float | None = None  # search.time_limit, which bounds the whole command
 
     def steps_per_evaluation(self, times: CombinationTimes) -> float:
         """Optimizer steps between evaluations at the space's mean effective batch."""
@@ -102,9 +108,18 @@ class SearchPlan:
     def trial_seconds(self, times: CombinationTimes) -> float:
         return times.start_seconds + self.evaluations * self.period(times)
 
+    def times(self, key: str) -> CombinationTimes | None:
+        """The combination's times (None: the plan measured none for it)."""
+        return next((c for c in self.combinations if c.key == key), None)
+
     @property
     def evaluations(self) -> int:
-        return self.max_steps // self.eval_every_steps
+        return max(1, self.max_steps // self.eval_every_steps)
+
+    @property
+    def trials_seconds(self) -> float | None:
+        """The trials' part of the search's budget (None: no time budget)."""
+        return self.budget_seconds - self.exploitation_seconds if self.budget_seconds else None
 
     @property
     def export_seconds(self) -> float:
@@ -115,25 +130,51 @@ class SearchPlan:
         """Seconds from the search's start to the end of the export."""
         return self.search_seconds + self.equal_time_seconds + self.export_seconds
 
+    @property
+    def predicted_wall_seconds(self) -> float:
+        """Seconds from the command's start to the end of the export."""
+        return self.elapsed_seconds + self.predicted_seconds
+
     def to_dict(self) -> dict[str, Any]:
+        """The record for MLflow (plan.json), summary.json and sweep-state.json; from_dict reads it back (its own
+        fields unrounded, so exactly)."""
         return {"max_steps": self.max_steps, "requested_max_steps": self.requested_max_steps,
                 "num_trials": self.num_trials, "requested_num_trials": self.requested_num_trials,
                 "eval_every_steps": self.eval_every_steps, "concurrency": self.concurrency, "budget": self.budget,
-                "search_seconds": round(self.search_seconds, 1), "export_seconds": round(self.export_seconds, 1),
-                "export_steps": {step: round(seconds, 1) for step, seconds in self.export_steps.items()},
-                "export_calibration": self.export_calibration,
+                "budget_seconds": self.budget_seconds, "time_limit_seconds": self.time_limit_seconds,
+                "elapsed_seconds": self.elapsed_seconds,
+                "predicted_wall_seconds": round(self.predicted_wall_seconds, 1),
+                "search_seconds": self.search_seconds, "export_seconds": round(self.export_seconds, 1),
+                "export_steps": self.export_steps,
+                "export": self.export.model_dump(mode="json"), "export_calibration": self.export_calibration,
                 "exploration_seconds": round(self.search_seconds - self.exploitation_seconds, 1),
-                "exploitation_seconds": round(self.exploitation_seconds, 1), "exploit_share": self.exploit_share,
-                "equal_time_seconds": round(self.equal_time_seconds, 1),
+                "exploitation_seconds": self.exploitation_seconds, "exploit_share": self.exploit_share,
+                "equal_time_seconds": self.equal_time_seconds, "auto_dropout": self.auto_dropout,
                 "simulated": vars(self.simulated), "notes": self.notes, "period_seconds": self.period_seconds,
                 "samples_per_evaluation": self.samples_per_evaluation,
-                "combinations": {c.key: {"samples_per_second": round(c.samples_per_second, 2),
-                                         "seconds_per_step": round(c.seconds_per_step, 4),
-                                         "seconds_per_evaluation": round(c.seconds_per_evaluation, 2),
+                "combinations": {c.key: {**{name: getattr(c, name) for name in COMBINATION_FIELDS},
                                          "steps_per_trial": self.trial_steps(c),
-                                         "start_seconds": round(c.start_seconds, 1),
                                          "trial_seconds": round(self.trial_seconds(c), 1)}
                                  for c in self.combinations}}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> SearchPlan:
+        """The plan to_dict recorded (a resume goes on with the plan its sweep started with)."""
+        combinations = [CombinationTimes(key, **{name: times[name] for name in COMBINATION_FIELDS if name in times})
+                        for key, times in record["combinations"].items()]
+        return cls(combinations, record["eval_every_steps"], record["max_steps"], record["requested_max_steps"],
+                   record["num_trials"], record["requested_num_trials"], record["concurrency"], record["budget"],
+                   record["search_seconds"], record["export_steps"], Simulated(**record["simulated"]),
+                   record["notes"], record["period_seconds"], record["samples_per_evaluation"],
+                   record["exploitation_seconds"], record["exploit_share"], record["auto_dropout"],
+                   record["export_calibration"], record["equal_time_seconds"], record["budget_seconds"],
+                   ExportConfig.model_validate(record["export"]), record["elapsed_seconds"],
+                   record["time_limit_seconds"])
+
+
+# What to_dict keeps of each combination's times (its key is the record's).
+COMBINATION_FIELDS = ("samples_per_second", "eval_samples_per_second", "seconds_per_step", "seconds_per_evaluation",
+                      "decode_seconds_per_token", "weight_bytes", "start_seconds")
 
 
 def combination_times(probes: dict[str, ProbeResult], effective_batches: list[int], validation_rows: int,
@@ -181,12 +222,15 @@ class PlanInputs:
     cuda: bool = False  # a CUDA machine: the export times every variant on the GPU and on the CPU (export_steps)
     export_thread_ratio: float = 1.0
     export_calibration: dict[str, Any] | None = None  # this machine's key and measured ratios (export_calibration.py)
+    elapsed_seconds: float = 0.0  # the command's seconds before the search: data and probe
+    grid_size: int | None = None  # a grid search's distinct configurations (spaces/grid.py), which cap its trials
 
 
 def plan_inputs(config: SweepConfig, probes: dict[str, ProbeResult], *, validation_rows: int, test_rows: int,
                 seq_len: int, concurrency: int, lengths: dict[str, dict[str, float]] | None = None,
                 train_rows: int = 0, cuda: bool = False, export_thread_ratio: float = 1.0,
-                export_calibration: dict[str, Any] | None = None) -> PlanInputs | None:
+                export_calibration: dict[str, Any] | None = None, elapsed_seconds: float = 0.0,
+                grid_size: int | None = None) -> PlanInputs | None:
     """The plan's inputs from the probe's answers; None when the probe measured no combination that trains.
     `lengths`: the data's token-length percentiles per model, `train_rows`: the training split's (see
     combination_times)."""
@@ -195,7 +239,7 @@ def plan_inputs(config: SweepConfig, probes: dict[str, ProbeResult], *, validati
     if not combinations:
         return None
     return PlanInputs(combinations, concurrency, train_rows, test_rows, seq_len, cuda,
-                      export_thread_ratio, export_calibration)
+                      export_thread_ratio, export_calibration, elapsed_seconds, grid_size)
 
 
 @dataclass(frozen=True)
@@ -209,9 +253,9 @@ class Allowance:
 
 
 def file_allowance(config: SweepConfig) -> Allowance:
-    """What the sweep file gives: search.time_budget_minutes and its export section."""
+    """What the sweep file gives: search.time_budget_minutes and its export section (auto as it stands untrimmed)."""
     minutes = config.search.time_budget_minutes
-    return Allowance(minutes * 60 if minutes else None, config.export)
+    return Allowance(minutes * 60 if minutes else None, config.export.resolved())
 
 
 def export_estimate(config: SweepConfig, inputs: PlanInputs,
@@ -230,7 +274,8 @@ def budget_split(config: SweepConfig, inputs: PlanInputs, seconds: float | None)
     """The search's `seconds` divided between the trials and the winner, with the trials' cadence and schedule in
     their part (winner.py)."""
     return winner_share(config.search, seconds, inputs.combinations, inputs.train_rows, config.data.task,
-                        config.space.effective_batch_size, inputs.concurrency)
+                        config.space.effective_batch_size, inputs.concurrency,
+                        continues=config.resources.workers_per_trial == 1)
 
 
 def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], **measured: Any) -> SearchPlan | None:
@@ -248,19 +293,22 @@ def search_plan(config: SweepConfig, inputs: PlanInputs, allowance: Allowance | 
     search = config.search
     allowance = allowance or file_allowance(config)
     budget = allowance.seconds
-    dropout, dropout_note = resolve_dropout(config, inputs.combinations, inputs.train_rows, budget)
+    auto_dropout, dropout_note = resolve_dropout(config, inputs.combinations, inputs.train_rows, budget)
     split = budget_split(config, inputs, budget)
     export, calibration = export_estimate(config, inputs, allowance.export)
     laid_out = SearchPlan(inputs.combinations, split.eval_every_steps,
                           split.schedule.evaluations * split.eval_every_steps, search.max_steps, search.num_trials,
                           search.num_trials, inputs.concurrency, _budget_words(search, budget), 0.0, export,
                           Simulated(0.0, 0, 0, 0, 0), [], split.schedule.period_seconds, split.samples_per_evaluation,
-                          split.winner_seconds(budget), split.share, dropout, calibration, budget_seconds=budget,
-                          export=allowance.export)
-    num_trials, simulated, count_note = trial_count(laid_out, search, split.trials_seconds(budget))
+                          split.winner_seconds(budget), split.share, auto_dropout, calibration, budget_seconds=budget,
+                          export=allowance.export, elapsed_seconds=inputs.elapsed_seconds,
+                          time_limit_seconds=search.time_limit_seconds)
+    wanted, grid_note = (grid_trials(search.num_trials, inputs.grid_size) if inputs.grid_size
+                         else (search.num_trials, ""))
+    num_trials, simulated, count_note = trial_count(laid_out, search, split.trials_seconds(budget), wanted)
     search_seconds = RAY_START_SECONDS + simulated.seconds + laid_out.exploitation_seconds
     equal_time = equal_time_seconds(search_seconds) if search.baseline_budget == "equal" else 0.0
-    notes = [*split.cadence_notes, *split.schedule.notes,
+    notes = [grid_note, *split.cadence_notes, *split.schedule.notes,
              calibration_note(calibration["ratios"]) if calibration.get("ratios") else "", count_note, dropout_note,
              split.spared_note, _split_words(config, split, budget, inputs.train_rows),
              _equal_time_words(equal_time), allowance.division]
@@ -268,10 +316,11 @@ def search_plan(config: SweepConfig, inputs: PlanInputs, allowance: Allowance | 
                    equal_time_seconds=equal_time, notes=[note for note in notes if note])
 
 
-def trial_count(plan: SearchPlan, search: SearchConfig, trials_seconds: float | None) -> tuple[int, Simulated, str]:
+def trial_count(plan: SearchPlan, search: SearchConfig, trials_seconds: float | None,
+                wanted: int) -> tuple[int, Simulated, str]:
     """The trials that can start and evaluate in their seconds (or the step budget), simulated SIMULATIONS times:
-    the file's num_trials, lowered to the most that started in any run where fewer fit (never raised); the median
-    run at that number; and the note where it was lowered."""
+    the `wanted` ones (the file's num_trials, a grid's size at most), lowered to the most that started in any run
+    where fewer fit (never raised); the median run at that number; and the note where it was lowered."""
     lanes = [Lane(plan.period(c), round(plan.steps_per_evaluation(c)), c.start_seconds) for c in plan.combinations]
     asha = search.asha if search.scheduler == "asha" else None
     milestones = asha_milestones(plan.evaluations, asha.grace_period, asha.reduction_factor) if asha else None
@@ -282,7 +331,7 @@ def trial_count(plan: SearchPlan, search: SearchConfig, trials_seconds: float | 
                          time_budget=trials_seconds, step_budget=search.step_budget, seed=seed)
                 for seed in range(SIMULATIONS)]
 
-    num_trials, note = search.num_trials, ""
+    num_trials, note = wanted, ""
     simulated = runs(num_trials)
     # The most trials that started in any simulated run (fewer would idle when ASHA stops more than the median did).
     can_start = max(run.started for run in simulated)
@@ -326,14 +375,39 @@ def _budget_words(search: SearchConfig, seconds: float | None) -> str:
     return " and ".join(parts) or "none"
 
 
-def apply(config: SweepConfig, plan: SearchPlan) -> SweepConfig:
-    """The config with the planned trial length, evaluation cadence and number of trials."""
-    exploit = config.search.exploit.model_copy(update={"share": plan.exploit_share}) \
-        if plan.exploit_share is not None else config.search.exploit
-    search = config.search.model_copy(update={"max_steps": plan.max_steps, "num_trials": plan.num_trials,
-                                              "eval_every_steps": plan.eval_every_steps, "exploit": exploit})
-    planned_space = plan.dropout != AUTO_DROPOUT
-    space = config.space.model_copy(update={"dropout": plan.dropout}) if planned_space else config.space
-    if config.search.time_limit:
-        search = search.model_copy(update={"time_limit": None, "time_budget_minutes": plan.budget_seconds / 60})
-    return config.model_copy(update={"search": search, "space": space, "export": plan.export or config.export})
+def unplanned(config: SweepConfig, concurrency: int, elapsed_seconds: float = 0.0,
+              grid_size: int | None = None) -> SearchPlan:
+    """The plan where the probe measured no combination that trains: the sweep file's settings as written, with
+    what a time limit leaves after the data and the probe for the search, and auto's fixed share for the winner
+    where it can train further. It predicts nothing."""
+    search = config.search
+    limit = search.time_limit_seconds
+    budget = max(limit - elapsed_seconds, 1.0) if limit else file_allowance(config).seconds
+    share = search.exploit.fraction if budget and config.resources.workers_per_trial == 1 else 0.0
+    auto_dropout, _ = resolve_dropout(config, [], 0, budget)
+    wanted, grid_note = grid_trials(search.num_trials, grid_size) if grid_size else (search.num_trials, "")
+    every, _ = planned_cadence(search.eval_every_steps, search.max_steps, None, [])
+    return SearchPlan([], every, search.max_steps, search.max_steps, wanted, search.num_trials,
+                      concurrency, _budget_words(search, budget), 0.0, {}, Simulated(0.0, 0, 0, 0, 0),
+                      [note for note in (grid_note, "the probe measured no combination that trains: the sweep file's "
+                                                    "settings, unplanned") if note],
+                      exploitation_seconds=share * budget if budget else 0.0, exploit_share=share,
+                      auto_dropout=auto_dropout, budget_seconds=budget, export=config.export.resolved(),
+                      elapsed_seconds=elapsed_seconds, time_limit_seconds=limit)
+
+
+def recorded_plan(record: dict[str, Any], config: SweepConfig) -> SearchPlan:
+    """The plan a sweep started with, from its record (SearchPlan.to_dict). An older record, beside a config into
+    which the plan's decisions were written (trial length, number, budget, share, dropout), is read back from that
+    config, with the record's allotted times and export estimate."""
+    if "budget_seconds" in record:
+        return SearchPlan.from_dict(record)
+    combinations = [CombinationTimes(key, times["samples_per_second"], 0.0, times["seconds_per_step"],
+                                     times["seconds_per_evaluation"],
+                                     start_seconds=times.get("start_seconds", TRIAL_START_SECONDS))
+                    for key, times in (record.get("combinations") or {}).items()]
+    return replace(unplanned(config, record.get("concurrency", 1)), combinations=combinations, notes=[],
+                   samples_per_evaluation=record.get("samples_per_evaluation") or {},
+                   period_seconds=record.get("period_seconds"), export_steps=record.get("export_steps") or {},
+                   export_calibration=record.get("export_calibration") or {},
+                   exploitation_seconds=record.get("exploitation_seconds", 0.0))

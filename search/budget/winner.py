@@ -52,17 +52,24 @@ class Split:
 
 
 def winner_share(search: SearchConfig, budget: float | None, combinations: list[CombinationTimes], train_rows: int,
-                 task: Task, effective_batches: list[int], concurrency: int) -> Split:
+                 task: Task, effective_batches: list[int], concurrency: int, continues: bool = True) -> Split:
     """The winner's share of the search's time budget, in order: the file's share, or auto's from the passes the
     budget pays for (auto_share); the trials' cadence at that share (cadence.planned_cadence); lowered so that a trial
     of the slowest candidate starts and evaluates once (leaving_a_first_evaluation); with the trials' schedule at
     that share, none where every trial already makes the winner's passes (sparing_a_capped_winner), else lowered to
     what the winner's passes need (sizing_a_capped_winner); the trials' schedule again where the share fell.
     `budget`: the search's seconds (None: no time budget; the share is then the file's, auto's fixed fallback, and
-    buys no seconds). `search` is read, never written."""
-    share, words = (auto_share(combinations, budget, train_rows) if search.exploit.share == "auto" and budget
-                    else (search.exploit.fraction, ""))
-    every, cadence_notes = planned_cadence(search.eval_every_steps, _trials_seconds(budget, share), combinations)
+    buys no seconds). `continues`: whether the winner can train further at all (single-process trials: a
+    data-parallel trial's workers are started by Ray Train, which a continuation does not drive); if not, no share.
+    `search` is read, never written."""
+    if not continues:
+        share, words = 0.0, ""
+    elif search.exploit.share == "auto" and budget:
+        share, words = auto_share(combinations, budget, train_rows)
+    else:
+        share, words = search.exploit.fraction, ""
+    every, cadence_notes = planned_cadence(search.eval_every_steps, search.max_steps, _trials_seconds(budget, share),
+                                           combinations)
     if budget:
         first = max(c.start_seconds + c.period_seconds(every) for c in combinations)
         share, lowered = leaving_a_first_evaluation(budget, share, first)

@@ -118,7 +118,8 @@ def _origin_section(config: SweepConfig, best: dict, task: Task, chat_format: st
         f"- Base model: candidate `{name}`, {source}",
         f"- Task: {task.value}",
         f"- Data: `{config.data.path}` ({_data_columns(config.data, task, chat_format)})",
-        f"- Sweep: `{config.name}`, seed {config.seed}, {config.search.num_trials} trials, "
+        f"- Sweep: `{config.name}`, seed {config.seed}, up to {config.search.num_trials} trials (search.num_trials; "
+        "the plan's number is on the sweep's MLflow run, plan.json), "
         f"search metric `{config.search.metric}` ({config.search.mode})",
         "",
     ])

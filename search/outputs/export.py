@@ -25,6 +25,7 @@ from finesweep.search.selection import baseline as baseline_comparison
 from finesweep.search.selection.baseline import majority_class_warnings
 from finesweep.search.selection.deploy import CPU_PREFIX, PRIMARY, TIMINGS, deploy_choices, metric_loss, with_speedups
 from finesweep.spaces import SweepConfig, Task
+from finesweep.spaces.config import ExportConfig
 from finesweep.spaces.files import write_json_atomic
 from finesweep.trainer.data.chat import resolve_template
 from finesweep.trainer.models import TEXT_PAIR_KEY, load_checkpoint, load_model, with_pad_token
@@ -80,6 +81,7 @@ def export_best(
     baseline: dict | None = None,
     search_warnings: list[str] | None = None,
     chat_format: str | None = None,
+    export: ExportConfig | None = None,
 ) -> ExportResult:
     """Write out_dir/{model, model-<method>..., [adapter], metrics.json, sweep.json, README.md}; return metrics
     and warnings. A LoRA winner is exported merged (`model`) and also as the adapter alone (`adapter`).
@@ -91,14 +93,16 @@ def export_best(
     (`ExportResult.not_made`), its traceback logged for `log_file`.
     `label_names` is only needed for a LoRA checkpoint whose folder holds no config with id2label and whose test
     split has no ClassLabel feature (the base model's head is rebuilt from them before the adapter is merged).
+    `export`: the export section as the sweep's plan fitted it to a time limit (None: the file's).
     """
+    export = export or config.export
     task = Task(config.data.task)
     cap_torch_threads()  # every variant measured with the cores the plan's estimate counted
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     full_dir = _fresh(out_dir / "model")
     seconds: dict[str, float] = {}
-    samples = config.export.generation_samples if task == Task.causal_lm else 0
+    samples = export.generation_samples if task == Task.causal_lm else 0
     metrics, answers = {}, {}
     label_names = label_names or _split_labels(test_split)
     with _timed(seconds, FULL):
@@ -114,7 +118,7 @@ def export_best(
         against, untuned_answers = _against_baseline(config, baseline, best, (metrics[FULL], full_rows), test_split,
                                                      collate, label_names, samples, full_dir) if baseline else ({}, [])
     not_made = {}
-    for method in quantized_methods(config):
+    for method in quantized_methods(export):
         try:
             with _timed(seconds, method.value):
                 folder = quantize(full_dir, method, _fresh(out_dir / f"model-{method.value}"), task)
@@ -128,11 +132,11 @@ def export_best(
             shutil.rmtree(out_dir / f"model-{method.value}", ignore_errors=True)
     metrics = with_speedups(metrics)
     warnings = [not_made_paragraph(variant, reason, list(metrics), out_dir, log_file)
-                for variant, reason in not_made.items()] + drop_warnings(metrics, task, config.export.max_metric_drop)
+                for variant, reason in not_made.items()] + drop_warnings(metrics, task, export.max_metric_drop)
     warnings += (search_warnings or []) + majority_class_warnings(metrics[FULL], test_split["labels"], label_names)
     for warning in warnings:
         log.info("export: %s", warning)
-    deploy = deploy_choices(metrics, task, config.export.max_metric_drop)
+    deploy = deploy_choices(metrics, task, export.max_metric_drop)
     # The untuned base model's answers beside the variants' (after them), its scores with theirs in generations.json.
     answered = {**answers, UNTUNED: untuned_answers} if untuned_answers else answers
     scored = {**metrics, UNTUNED: against["untuned_test"]} if untuned_answers else metrics

@@ -6,23 +6,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from finesweep.spaces import Quantization, SweepConfig, SweepFileError
+from finesweep.spaces.config import ExportConfig
 from finesweep.trainer.serving.quantize import missing_backend, missing_device
 
 
-def quantized_methods(config: SweepConfig) -> list[Quantization]:
+def quantized_methods(export: ExportConfig) -> list[Quantization]:
     """The quantized variants to make, in the order written, without none and without repeats."""
-    return list(dict.fromkeys(q for q in config.export.quantization if q != Quantization.none))
+    return list(dict.fromkeys(q for q in export.resolved().quantization if q != Quantization.none))
 
 
 def check_backends(config: SweepConfig) -> None:
     """Before any trial runs: every export.quantization method's library is installed (an export that fails after
     hours of search for want of a pip install would waste them)."""
-    missing = {m.value: install for m in quantized_methods(config) if (install := missing_backend(m))}
+    missing = {m.value: install for m in quantized_methods(config.export) if (install := missing_backend(m))}
     if missing:
         raise SweepFileError(
             f"export.quantization: {', '.join(missing)} needs a library that is not installed here. "
             f"Install it ({'; '.join(sorted(set(missing.values())))}) or remove {', '.join(missing)} from the list.")
-    for method in quantized_methods(config):
+    for method in quantized_methods(config.export):
         if reason := missing_device(method):
             raise SweepFileError(
                 f"export.quantization: {method.value} runs on GPU kernels only and needs {reason}. Run the sweep "

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from ray.tune import Callback, Stopper
 
+from finesweep.search.budget.plan import SearchPlan
 from finesweep.search.selection.best import SINCE_BEST
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import END_STATE_TAG, ERROR_TAG
@@ -66,7 +67,7 @@ class StepBudgetStopper(Stopper):
 
 
 class TrialsShareStopper(Stopper):
-    """Ends the trials' share of the time budget (search.exploration_seconds) as Tune's time_budget_s does, but only
+    """Ends the trials' share of the time budget (the plan's trials_seconds) as Tune's time_budget_s does, but only
     once some trial has reported an evaluation: trials slowed below the plan's pace (a busy machine) would otherwise
     all stop before evaluating and leave nothing to export. It waits at most until `longest` seconds (the whole
     search budget), taking the time from the winner's further training (exploit.py gives it what is left).
@@ -154,19 +155,17 @@ def budget_end_state(config: SweepConfig, results) -> str:
     return "stopped_by_step_budget" if budget and spent >= budget else "stopped_by_time_budget"
 
 
-def no_evaluation_reason(config: SweepConfig, results) -> str:
+def no_evaluation_reason(plan: SearchPlan, results) -> str:
     """Why a search ended with no evaluation to export, and the fix: its trials failed, or the time budget ended
     them all before their first evaluation (a slower start than the plan's: a busy machine, a large model's load)."""
     failed = sum(1 for r in results if r.error is not None)
     unevaluated = len(results) - failed
     parts = [f"{failed} trial(s) failed (their errors are above and on their MLflow runs)"] if failed else []
     if unevaluated:
-        search = config.search
-        budget = (f"the time budget ({search.time_budget_minutes:g} minutes)" if search.time_budget_minutes
-                  else "the search's budget")
+        budget = f"the time budget ({plan.budget})" if plan.budget_seconds else "the search's budget"
         parts.append(f"{unevaluated} trial(s) were stopped by {budget} before their first evaluation "
-                     f"(search.eval_every_steps {search.eval_every_steps}): raise search.time_budget_minutes (or "
-                     f"--time-limit), or lower search.eval_every_steps")
+                     f"(every {plan.eval_every_steps} steps, search.eval_every_steps): raise "
+                     "search.time_budget_minutes (or --time-limit), or lower search.eval_every_steps")
     reasons = "; ".join(parts or ["no trial ran"])
     return f"No trial reported an evaluation, so there is nothing to export: {reasons}."
 

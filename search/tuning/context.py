@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from finesweep.search.budget.plan import SearchPlan
 from finesweep.search.probe.table import combination_key
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.space import BASELINE_KEY
@@ -48,12 +49,16 @@ class TrialContext:
     tracking_uri: str
     experiment_id: str
     parent_run_id: str
+    # A trial's length and cadence as the plan decided them (search/budget/plan.py): in steps of the space's mean
+    # effective batch, or in evaluation periods where samples_per_evaluation allots the trials time.
+    max_steps: int
+    eval_every_steps: int
     # Where tracking writes wait while the server is down (tracking-spool/ in the sweep folder). A local Ray shares
     # the disk; on a multi-node cluster each node keeps its own spool under this path and sync runs where it is.
     spool_dir: str = ""
     checkpointing: dict[str, bool] = field(default_factory=dict)  # combination_key -> the probe's plan recomputes
     # combination_key -> samples between evaluations, when the plan allots the trials time rather than steps
-    # (search/budget/plan.py); None (also in a context pickled before it existed): the file's steps.
+    # (search/budget/plan.py); None: max_steps and eval_every_steps as they are.
     samples_per_evaluation: dict[str, int] | None = None
     train_rows: int = 0  # rows of the training split: the baseline's passes are capped (0: unknown, no cap)
     # When the plan allots the trials time: an evaluation period's seconds, and per combination_key an evaluation's
@@ -66,26 +71,22 @@ class TrialContext:
     resume_checkpoints: dict[str, str] | None = None
 
 
-def allotted_time(plan: dict[str, Any] | None) -> dict[str, Any]:
-    """The TrialContext fields read from the plan's record (SearchPlan.to_dict): where it allots the trials time, each
-    combination's samples per evaluation, a period's seconds and an evaluation's; none where it allots steps."""
-    plan = plan or {}
-    evaluation_seconds = {key: float(times["seconds_per_evaluation"])
-                          for key, times in (plan.get("combinations") or {}).items()}
-    return {"samples_per_evaluation": plan.get("samples_per_evaluation") or None,
-            "period_seconds": plan.get("period_seconds") or None,
-            "evaluation_seconds": evaluation_seconds or None}
+def planned_lengths(plan: SearchPlan) -> dict[str, Any]:
+    """The TrialContext fields the plan decides: the trials' length and cadence, and where it allots them time, each
+    combination's samples per evaluation, a period's seconds and an evaluation's."""
+    return {"max_steps": plan.max_steps, "eval_every_steps": plan.eval_every_steps,
+            "samples_per_evaluation": plan.samples_per_evaluation or None, "period_seconds": plan.period_seconds,
+            "evaluation_seconds": {c.key: c.seconds_per_evaluation for c in plan.combinations} or None}
 
 
-def trial_length(config: SweepConfig, context: TrialContext, key: str, effective_batch: int) -> tuple[int, int]:
-    """(max_steps, eval_every_steps) of a trial: the file's, or, when the plan allots time, the combination's samples
+def trial_length(context: TrialContext, key: str, effective_batch: int) -> tuple[int, int]:
+    """(max_steps, eval_every_steps) of a trial: the plan's, or, where it allots time, the combination's samples
     per evaluation in steps of this trial's batch (a larger batch takes fewer, larger steps in the same time)."""
-    search = config.search
     samples = (context.samples_per_evaluation or {}).get(key)
     if not samples:
-        return search.max_steps, search.eval_every_steps
+        return context.max_steps, context.eval_every_steps
     every = max(1, round(samples / effective_batch))
-    return (search.max_steps // search.eval_every_steps) * every, every
+    return (context.max_steps // context.eval_every_steps) * every, every
 
 
 def local_batches(params: dict[str, Any], context: TrialContext) -> tuple[int, int]:
@@ -103,7 +104,7 @@ def build_plan(params: dict[str, Any], context: TrialContext, output_dir: str, r
     config = SweepConfig.model_validate(context.sweep)
     max_micro, eval_batch = batches or local_batches(params, context)
     key = combination_key(params["model"], params["precision"], params["method"])
-    max_steps, eval_every = trial_length(config, context, key, int(params["effective_batch_size"]))
+    max_steps, eval_every = trial_length(context, key, int(params["effective_batch_size"]))
     if params.get(BASELINE_KEY):
         max_steps, eval_every = baseline_length(max_steps, eval_every, context.train_rows,
                                                 int(params["effective_batch_size"]))

@@ -48,7 +48,7 @@ def experiment_name(search_experiment: str) -> str:
 
 
 def train_baseline_again(config: SweepConfig, setup, baseline: Best, results, seconds: float,
-                         plan: dict[str, Any] | None, tracking_uri: str, console, resuming: bool,
+                         tracking_uri: str, console, resuming: bool,
                          save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """Train the baseline recipe from step 0 for `seconds` (the export's), or what is left of them after a crash
     (`resuming`: the run recorded by `save` before it started goes on from its last checkpoint). The record for
@@ -75,11 +75,11 @@ def train_baseline_again(config: SweepConfig, setup, baseline: Best, results, se
     console.step(f"Training the baseline recipe again from step 0 for {left:.0f} s with "
                  f"{config.resources.cpus_per_trial:g} CPU cores{' (resumed)' if earlier is not None else ''}, as long "
                  "as the export trained (search.baseline.budget: equal)")
-    told = exploit.order(config, baseline, results, left, plan, time.time(),
+    told = exploit.order(config, baseline, results, left, setup.plan, time.time(),
                          config.resources.cpus_per_trial / trial_cpus if trial_cpus else 1.0, from_checkpoint=False)
     context = exploit.continuation_context(setup.context, config, told)
     recorder = TrialEndRecorder(tracking_uri, context, 1, console.trial_event(config.search.metric))
-    here = TuneSetup(context, setup.storage, experiment, setup.precisions, [recorder])
+    here = TuneSetup(context, setup.storage, experiment, setup.precisions, [recorder], setup.plan)
     started = time.time()
     tuner = restore_tuner(config, here, path) if earlier is not None else exploit.make_tuner(
         config, here, recipe(baseline), EqualTimeTrialName())

@@ -8,6 +8,7 @@ from typing import Any
 from optuna.samplers import GridSampler
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
+from finesweep.search.budget.plan import SearchPlan
 from finesweep.search.selection.pareto import search_objectives
 from finesweep.search.tuning import optuna_compat
 from finesweep.spaces import SweepConfig
@@ -33,8 +34,9 @@ class DistinctGridSampler(GridSampler):
         return None
 
 
-def make_searcher(config: SweepConfig, precisions: list[str]):
-    """Optuna through Ray Tune: multivariate TPE (seeded), or random or grid search as a baseline."""
+def make_searcher(config: SweepConfig, plan: SearchPlan, precisions: list[str]):
+    """Optuna through Ray Tune: multivariate TPE (seeded), or random or grid search as a baseline, over the space
+    with the plan's dropout where the file leaves it to auto."""
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
@@ -51,14 +53,15 @@ def make_searcher(config: SweepConfig, precisions: list[str]):
         fixed = len(points) or int(baseline is not None)
         sampler = optuna.samplers.TPESampler(
             seed=config.seed, multivariate=True,
-            n_startup_trials=fixed + tpe_startup_trials(max(planned_trials(config) - fixed, 1)))
+            n_startup_trials=fixed + tpe_startup_trials(max(planned_trials(config, plan) - fixed, 1)))
     elif config.search.algorithm == "grid":
         values = grid(config.space, config.model_names, precisions, config.search.grid_points)
         rates = method_rates(config.space, values, config.search.grid_points)
         sampler = DistinctGridSampler(values, config.seed, rates)
     else:
         sampler = optuna.samplers.RandomSampler(seed=config.seed)
-    space = functools.partial(suggest_or_baseline, space=config.space, models=config.model_names,
+    space = functools.partial(suggest_or_baseline, space=config.space.with_auto_dropout(plan.auto_dropout),
+                              models=config.model_names,
                               precisions=precisions, baseline=baseline)
     # With a second objective, metric and mode are lists and the study has two directions (TPE, random and grid
     # all sample for it). OptunaSearch then tells each trial's LAST result, [metric, throughput], when the trial
@@ -94,12 +97,12 @@ def tpe_startup_trials(num_trials: int) -> int:
     return min(10, max(2, num_trials // 3))
 
 
-def planned_trials(config: SweepConfig) -> int:
-    """How many trials the sweep expects to run: num_trials, or fewer when a step budget pays for fewer."""
-    search = config.search
-    if search.step_budget is None:
-        return search.num_trials
-    return max(1, min(search.num_trials, search.step_budget // search.max_steps))
+def planned_trials(config: SweepConfig, plan: SearchPlan) -> int:
+    """How many trials the sweep expects to run: the plan's number, or fewer when a step budget pays for fewer."""
+    step_budget = config.search.step_budget
+    if step_budget is None:
+        return plan.num_trials
+    return max(1, min(plan.num_trials, step_budget // plan.max_steps))
 
 
 class BaselineKeepingASHA(ASHAScheduler):
@@ -111,13 +114,13 @@ class BaselineKeepingASHA(ASHAScheduler):
         return TrialScheduler.CONTINUE if trial.config.get(BASELINE_KEY) else decision
 
 
-def make_scheduler(config: SweepConfig):
-    """ASHA over evaluations (each report is one evaluation), or none."""
+def make_scheduler(config: SweepConfig, plan: SearchPlan):
+    """ASHA over the plan's evaluations (each report is one evaluation), or none."""
     from ray.tune.schedulers import FIFOScheduler
 
     if config.search.scheduler == "none":
         return FIFOScheduler()
-    evaluations = max(1, config.search.max_steps // config.search.eval_every_steps)
+    evaluations = plan.evaluations
     return BaselineKeepingASHA(time_attr="training_iteration", max_t=evaluations,
                                grace_period=min(config.search.asha.grace_period, evaluations),
                                reduction_factor=config.search.asha.reduction_factor)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
+from finesweep.search.budget.plan import SearchPlan
 from finesweep.search.probe.table import combination_key
 from finesweep.spaces.files import write_json_atomic
 
@@ -43,16 +44,9 @@ class TrialTimes:
         return self.start + self.period
 
 
-def planned_times(plan: dict[str, Any] | None) -> dict[str, TrialTimes]:
-    """Per combination key, the plan's times (SearchPlan.to_dict's record); empty without a plan."""
-    plan = plan or {}
-    combinations = plan.get("combinations") or {}
-    if not combinations or not plan.get("eval_every_steps"):
-        return {}
-    evaluations = max(1, int(plan["max_steps"]) // int(plan["eval_every_steps"]))
-    return {key: TrialTimes(float(times["start_seconds"]),
-                            (float(times["trial_seconds"]) - float(times["start_seconds"])) / evaluations)
-            for key, times in combinations.items()}
+def planned_times(plan: SearchPlan) -> dict[str, TrialTimes]:
+    """Per combination key, the plan's times (empty where it measured none)."""
+    return {c.key: TrialTimes(c.start_seconds, plan.period(c)) for c in plan.combinations}
 
 
 def trial_key(config: dict[str, Any]) -> str | None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from finesweep.search.budget.plan import SearchPlan
 from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE, search_trial_name
 from finesweep.search.tuning.callbacks import STEP_LEDGER, PlateauStopper, StepBudgetStopper, TrialsShareStopper
 from finesweep.search.tuning.context import TrialContext
@@ -33,6 +34,7 @@ class TuneSetup:
     experiment_name: str
     precisions: list[str]
     callbacks: list[Any]
+    plan: SearchPlan  # the trials' number, length and seconds (search/budget/plan.py)
     trial_times: dict[str, TrialTimes] = field(default_factory=dict)  # the plan's, per combination (trials_share.py)
 
 
@@ -76,7 +78,7 @@ def checkpoint_config(config: SweepConfig):
                                  checkpoint_score_attribute=CHECKPOINT_SCORE, checkpoint_score_order="max")
 
 
-def stoppers(config: SweepConfig, experiment: Path, times: dict[str, TrialTimes] | None = None):
+def stoppers(config: SweepConfig, plan: SearchPlan, experiment: Path, times: dict[str, TrialTimes] | None = None):
     """What ends the whole search: the trials' share of the time budget (the rest trains the winner, exploit.py)
     and the step budget, whichever comes first; and what ends one trial besides ASHA: its plateau, and a next
     evaluation the share could not pay for (`times`: the plan's, per combination)."""
@@ -86,20 +88,19 @@ def stoppers(config: SweepConfig, experiment: Path, times: dict[str, TrialTimes]
     ends = []
     if search.step_budget:  # first: CombinedStopper asks in order and stops at the first yes, and it counts every
         ends.append(StepBudgetStopper(search.step_budget, experiment / STEP_LEDGER))  # result (it never says yes)
-    if search.exploration_seconds is not None:
-        ends.append(TrialsShareStopper(search.exploration_seconds, search.time_budget_minutes * 60,
-                                       experiment / SHARE_LEDGER, times))
+    if plan.trials_seconds is not None:
+        ends.append(TrialsShareStopper(plan.trials_seconds, plan.budget_seconds, experiment / SHARE_LEDGER, times))
     if search.plateau_patience:
         ends.append(PlateauStopper(search.plateau_patience))
     return CombinedStopper(*ends) if len(ends) > 1 else (ends[0] if ends else None)
 
 
-def gated_searcher(config: SweepConfig, precisions: list[str], experiment: Path,
+def gated_searcher(config: SweepConfig, plan: SearchPlan, precisions: list[str], experiment: Path,
                    times: dict[str, TrialTimes] | None = None):
     """The sweep's searcher; under a time budget, behind the gate that starts no trial the trials' share could not
     take to a first evaluation (trials_share.py; `times`: the plan's, per combination)."""
-    optuna_search = make_searcher(config, precisions)
-    if config.search.exploration_seconds is None:
+    optuna_search = make_searcher(config, plan, precisions)
+    if plan.trials_seconds is None:
         return optuna_search
     return TrialStartGate(optuna_search, experiment / SHARE_LEDGER, times or {})
 
@@ -115,9 +116,9 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         # one metric. OptunaSearch keeps the objectives it was built with (it ignores these once it has a space).
         # Both judge a trial by its best evaluation so far (BEST_SO_FAR): the export picks over all evaluations.
         metric=BEST_SO_FAR, mode=config.search.mode,
-        search_alg=gated_searcher(config, setup.precisions, experiment, setup.trial_times),
-        scheduler=make_scheduler(config),
-        num_samples=config.search.num_trials, max_concurrent_trials=config.search.max_concurrent_trials or 1,
+        search_alg=gated_searcher(config, setup.plan, setup.precisions, experiment, setup.trial_times),
+        scheduler=make_scheduler(config, setup.plan),
+        num_samples=setup.plan.num_trials, max_concurrent_trials=config.search.max_concurrent_trials or 1,
         # A reused worker has transformers imported already: about 9 s saved per trial on a CPU machine. A data-parallel
         # trial's driver cannot be reused: Tune stops it (ASHA) while it still waits on its Ray Train run.
         reuse_actors=config.resources.workers_per_trial == 1, trial_name_creator=trial_name,
@@ -130,6 +131,6 @@ def make_tuner(config: SweepConfig, setup: TuneSetup):
         # at most; diverged and out-of-memory trials end themselves, recorded and not retried (see run_trial).
         failure_config=tune.FailureConfig(max_failures=2),
         callbacks=setup.callbacks, verbose=0,
-        stop=stoppers(config, experiment, setup.trial_times),
+        stop=stoppers(config, setup.plan, experiment, setup.trial_times),
     )
     return tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)

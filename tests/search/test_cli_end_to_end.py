@@ -507,8 +507,9 @@ def test_a_time_limit_bounds_the_command_its_budget_stops_running_trials_and_the
     assert f"plan: the time limit {LIMIT}s ({LIMIT} s) divided: data and probe" in " ".join(result.stdout.split())
     assert f"of the {LIMIT} s limit" in result.stdout
     client, state = store(sweep_dir)
-    budget = state["config"]["search"]["time_budget_minutes"] * 60
-    assert state["config"]["search"]["time_limit"] is None and 0 < budget < LIMIT - summary["phase_seconds"]["data"]
+    budget = state["plan"]["budget_seconds"]  # what the plan decided, beside the file as written
+    assert state["config"]["search"]["time_limit"] == f"{LIMIT}s" and state["config"]["search"]["time_budget_minutes"] \
+        is None and 0 < budget < LIMIT - summary["phase_seconds"]["data"]
     # The search's phase ends with its budget (plus Ray's start and the records); the export's is an estimate.
     assert summary["phase_seconds"]["search"] < budget + 30 and waited < LIMIT + 60
     trials = client.search_runs([state["experiment_id"]], filter_string=f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")

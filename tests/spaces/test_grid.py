@@ -8,7 +8,7 @@ import pytest
 
 from finesweep.spaces import SweepConfig, SweepFileError, load
 from finesweep.spaces.space_config import FloatRange, SpaceConfig
-from finesweep.spaces.grid import (fit_to_grid, grid, grid_points, grid_size, grid_trials, method_rates,
+from finesweep.spaces.grid import (grid_configurations, grid, grid_points, grid_size, grid_trials, method_rates,
                                    range_values)
 from finesweep.spaces.space import unsuggested
 from tests import tiny
@@ -84,11 +84,12 @@ def _sweep(**search) -> SweepConfig:
     })
 
 
-def test_fit_to_grid_caps_num_trials_at_the_grid_size():
-    config, note = fit_to_grid(_sweep(num_trials=50, grid_points=4), ["fp32", "bf16"])
-    assert config.search.num_trials == 4 * 2 * 2 and "16 distinct configurations" in note
-    config, _ = fit_to_grid(_sweep(num_trials=3), ["fp32"])
-    assert config.search.num_trials == 3
+def test_the_grid_caps_num_trials_at_its_size():
+    config = _sweep(num_trials=50, grid_points=4)
+    size = grid_configurations(config, ["fp32", "bf16"])
+    trials, note = grid_trials(config.search.num_trials, size)
+    assert size == trials == 4 * 2 * 2 and "16 distinct configurations" in note
+    assert grid_trials(3, grid_configurations(_sweep(num_trials=3), ["fp32"]))[0] == 3
 
 
 def test_the_sweep_file_takes_grid_and_rejects_grid_points_below_two_and_initial_points(tmp_path):

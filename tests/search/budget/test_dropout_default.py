@@ -32,30 +32,30 @@ def test_auto_trains_without_dropout_where_the_budget_pays_for_two_passes_at_mos
     config = _config(time_budget_minutes=5, exploit={"max_epochs": None})
     assert config.space.dropout == "auto"
     short, long = _planned(config, 7_200), _planned(config, 2_400)
-    assert short.dropout == 0.0 and long.dropout is None
+    assert short.auto_dropout == 0.0 and long.auto_dropout is None
     assert any(note.startswith("dropout 0, none (auto: the budget pays for 1.0 passes over the training split")
                and note.endswith("the baseline keeps the checkpoint's") for note in short.notes)
     assert any("the checkpoint's own (auto: the budget pays for 3.0 passes" in note for note in long.notes)
-    assert planning.apply(config, short).space.dropout == 0.0
-    assert planning.apply(config, long).space.dropout is None, "past two passes: the checkpoint's regularisation"
-    assert _planned(config, 0).dropout is None, "rows not known: the checkpoint's own"
+    assert config.space.with_auto_dropout(short.auto_dropout).dropout == 0.0, "the space the trials sample"
+    assert config.space.with_auto_dropout(long.auto_dropout).dropout is None, \
+        "past two passes: the checkpoint's regularisation"
+    assert _planned(config, 0).auto_dropout is None, "rows not known: the checkpoint's own"
 
 
 def test_without_a_time_budget_auto_counts_a_trials_max_steps_at_the_largest_batch():
     config = _config(max_steps=100)
     assert planned_passes(config, [], 3_200, None) == pytest.approx(1.0)  # 100 steps x 32 rows
-    assert _planned(config, 3_200).dropout == 0.0
-    assert _planned(config, 3_200 * 2 // 5).dropout is None  # 2.5 passes
+    assert _planned(config, 3_200).auto_dropout == 0.0
+    assert _planned(config, 3_200 * 2 // 5).auto_dropout is None  # 2.5 passes
     assert NO_DROPOUT_MAX_PASSES == 2.0
 
 
 @pytest.mark.parametrize("written, kept", [(0.1, 0.1), ("checkpoint", None), ({"low": 0.0, "high": 0.1}, None)])
 def test_a_dropout_the_file_sets_is_kept_and_not_explained(written, kept):
     config = _config({"dropout": written}, time_budget_minutes=5)
-    resolved, note = resolve_dropout(config, [], 7_200, 300.0)
-    assert resolved is config.space.dropout and note == ""
-    applied = planning.apply(config, _planned(config, 7_200))
-    assert applied.space.dropout == (config.space.dropout if isinstance(written, dict) else kept)
+    assert resolve_dropout(config, [], 7_200, 300.0) == (None, "")
+    sampled = config.space.with_auto_dropout(_planned(config, 7_200).auto_dropout)
+    assert sampled.dropout == (config.space.dropout if isinstance(written, dict) else kept)
 
 
 def test_auto_counts_the_passes_one_model_trains_not_the_whole_budgets():
@@ -64,8 +64,8 @@ def test_auto_counts_the_passes_one_model_trains_not_the_whole_budgets():
     makes 4 passes itself: it counts, and the checkpoint's dropout stays."""
     config = _config(time_budget_minutes=5, exploit={"max_epochs": 2})
     assert planned_passes(config, _planned(config, 2_400).combinations, 2_400, 300.0) == pytest.approx(2.0)
-    assert _planned(config, 2_400).dropout == 0.0
+    assert _planned(config, 2_400).auto_dropout == 0.0
     assert planned_passes(config, _planned(config, 800).combinations, 800, 300.0) == pytest.approx(4.0)
-    assert _planned(config, 800).dropout is None
+    assert _planned(config, 800).auto_dropout is None
     no_share = _config(time_budget_minutes=5, exploit={"share": 0})
     assert planned_passes(no_share, _planned(no_share, 2_400).combinations, 2_400, 300.0) == pytest.approx(3.0)

@@ -4,10 +4,12 @@ teaches, what the next plan does with it, and what the key tells apart."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from finesweep.search.budget import export_calibration as calibration
+from finesweep.search.budget.plan import SearchPlan, unplanned
 from finesweep.spaces import SweepConfig
 
 DEVICE = ["cpu", "AMD EPYC [avx2]", 24 * 2**30]
@@ -16,10 +18,12 @@ DEVICE = ["cpu", "AMD EPYC [avx2]", 24 * 2**30]
 RULES = {"full": 10.0, "baseline": 0.0, "int8": 8.0, "onnx-int8": 10.0}  # export_time's estimate per step
 
 
-def _plan(ratios: dict[str, float]) -> dict:
-    """A plan record whose steps are the rules' times the ratios it applied, as plan_search records them."""
-    return {"export_steps": {step: seconds * ratios.get(step, 1.0) for step, seconds in RULES.items()},
-            "export_calibration": {"key": "k", "ratios": ratios}}
+def _plan(ratios: dict[str, float], key: str = "k") -> SearchPlan:
+    """A plan whose steps are the rules' times the ratios it applied, as search_plan makes them."""
+    config = SweepConfig.model_validate({"name": "t", "data": {"path": "d.csv"},
+                                         "models": [{"name": "m", "path": "m"}]})
+    return replace(unplanned(config, 1), export_calibration={"key": key, "ratios": ratios} if key else {},
+                   export_steps={step: seconds * ratios.get(step, 1.0) for step, seconds in RULES.items()})
 
 
 def test_each_step_teaches_its_seconds_over_the_rules_prediction(tmp_path):
@@ -52,7 +56,7 @@ def test_one_exports_ratio_stays_within_bounds(tmp_path):
 def test_nothing_is_learned_without_a_plan_or_its_key(tmp_path):
     cache = tmp_path / "calibration.json"
     assert calibration.learn(None, {"full": 5.0}, {}, cache=cache) == {}
-    assert calibration.learn({"export_steps": {"full": 10.0}}, {"full": 5.0}, {}, cache=cache) == {}
+    assert calibration.learn(_plan({}, key=""), {"full": 5.0}, {}, cache=cache) == {}
     assert not cache.exists()
 
 

@@ -236,7 +236,7 @@ def test_a_sweep_without_budget_keeps_its_length_and_trials_and_predicts_their_t
     assert plan.export_steps == pytest.approx({"full": export_time.EXPORT_FIXED_SECONDS + per_variant,
                                                "baseline": baseline,
                                                "int8": export_time.EXPORT_FIXED_SECONDS + int8 * per_variant})
-    assert plan.to_dict()["export_steps"] == {step: round(seconds, 1) for step, seconds in plan.export_steps.items()}
+    assert plan.to_dict()["export_steps"] == plan.export_steps
 
 
 def test_a_time_budget_allots_each_combination_the_same_seconds_and_counts_the_trials_that_start():
@@ -259,16 +259,16 @@ def test_a_time_budget_allots_each_combination_the_same_seconds_and_counts_the_t
     assert plan.num_trials < 50 and any("num_trials 50 ->" in note for note in plan.notes)
     assert 1 <= plan.simulated.started <= plan.num_trials
     assert plan.search_seconds == pytest.approx(planning.RAY_START_SECONDS + 300, abs=30)
-    config = planning.apply(_config(time_budget_minutes=5, num_trials=50, max_steps=2000), plan)
-    assert (config.search.max_steps, config.search.num_trials) == (plan.max_steps, plan.num_trials)
+    assert (plan.requested_max_steps, plan.requested_num_trials) == (2000, 50), "beside what the file asked"
+    assert planning.SearchPlan.from_dict(plan.to_dict()) == plan, "a resume reads back the plan it recorded"
 
 
 def test_the_winners_share_of_a_time_budget_is_not_the_trials_and_the_plan_shows_the_split():
     """search.exploit.share 0.4 of 5 minutes: the trials are planned in 180 s, the winner trains 120 s after them."""
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
     config = _config(time_budget_minutes=5, num_trials=50, max_steps=2000, exploit={"share": 0.4})
-    assert config.search.exploration_seconds == pytest.approx(180)
     plan = _plan(config, probes)
+    assert plan.trials_seconds == pytest.approx(180)
     small = next(c for c in plan.combinations if c.key == "small")
     assert plan.trial_seconds(small) == pytest.approx(180 * (1 - BUDGET_MARGIN), abs=1)
     assert plan.exploitation_seconds == pytest.approx(120)
@@ -310,8 +310,7 @@ def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passe
     assert any("ending at 2 passes over the 7,200 training rows if that comes first: search.exploit.max_epochs" in note
                for note in few.notes)
     assert not any("max_epochs" in note for note in planned(0).notes), "no rows known: no passes to name"
-    applied = planning.apply(config, few)
-    assert applied.search.exploit.share == 0.75 and applied.search.exploration_seconds == pytest.approx(75)
+    assert few.trials_seconds == pytest.approx(75) and config.search.exploit.share == "auto", "the file as written"
     fixed = planning.plan_search(_config(time_budget_minutes=5, exploit={"share": 0.2}), probes, validation_rows=80,
                                  test_rows=40, seq_len=64, concurrency=2, train_rows=21_600)
     assert fixed.exploit_share == 0.2, "a share the file sets is kept"
@@ -371,34 +370,32 @@ def test_the_winners_share_leaves_the_trials_time_for_a_first_evaluation_of_the_
 def test_a_trial_takes_its_combinations_samples_per_evaluation_in_steps_of_its_own_batch():
     from finesweep.search.tuning.context import TrialContext, trial_length
 
-    config = _config(time_budget_minutes=5)
     context = TrialContext(sweep={}, tokenized={}, label_names=None, micro_batches={}, eval_batches={},
-                           tracking_uri="", experiment_id="", parent_run_id="",
+                           tracking_uri="", experiment_id="", parent_run_id="", max_steps=400, eval_every_steps=50,
                            samples_per_evaluation={"big|fp32|full": 600})
-    assert trial_length(config, context, "big|fp32|full", 16) == (8 * 38, 38)  # 600 / 16 = 37.5 -> 38
-    assert trial_length(config, context, "big|fp32|full", 32) == (8 * 19, 19)
-    assert trial_length(config, context, "small|fp32|full", 16) == (400, 50)  # not allotted: the file's steps
+    assert trial_length(context, "big|fp32|full", 16) == (8 * 38, 38)  # 600 / 16 = 37.5 -> 38
+    assert trial_length(context, "big|fp32|full", 32) == (8 * 19, 19)
+    assert trial_length(context, "small|fp32|full", 16) == (400, 50)  # not allotted: the plan's steps
 
 
 def test_the_baseline_keeps_to_the_seconds_its_periods_are_allotted_by_its_own_clock():
     """The probe times the trials' recipe; the baseline's trains more (the word embeddings, the checkpoint's dropout)
     and on 2 AVX2 cores missed its second evaluation at the trials' end. Where the plan allots time, its trial ends
     by its periods' seconds (trainer/schedule.py), at its planned steps at most."""
-    from finesweep.search.tuning.context import TrialContext, allotted_time, build_plan
+    from finesweep.search.tuning.context import TrialContext, build_plan, planned_lengths
     from finesweep.spaces.space import BASELINE_KEY
 
     probes = {"big|fp32|full": probe("big", "fp32", 12.0), "small|fp32|full": probe("small", "fp32", 48.0)}
     config = _config(time_budget_minutes=5)
     plan = _plan(config, probes)
     assert plan.period_seconds, "a budget that cannot pay for every max_steps: the trials are allotted time"
-    record = plan.to_dict()
 
     def context(fields: dict) -> TrialContext:
-        return TrialContext(sweep=planning.apply(config, plan).model_dump(mode="json"), tokenized={"big": "t"},
+        return TrialContext(sweep=config.model_dump(mode="json"), tokenized={"big": "t"},
                             label_names=None, micro_batches={"big|fp32|full": 8}, eval_batches={}, tracking_uri="",
                             experiment_id="", parent_run_id="", **fields)
 
-    allotted = context(allotted_time(record))
+    allotted = context(planned_lengths(plan))
     sampled = {"model": "big", "precision": "fp32", "method": "full", "effective_batch_size": 16,
                "learning_rate": 1e-4, "warmup_ratio": 0.0, "weight_decay": 0.0}
     baseline = {**sampled, "effective_batch_size": 8, "learning_rate": 5e-5, BASELINE_KEY: True}
@@ -407,12 +404,12 @@ def test_the_baseline_keeps_to_the_seconds_its_periods_are_allotted_by_its_own_c
     periods = told.evaluations * plan.period_seconds
     assert told.evaluations == -(-told.max_steps // told.eval_every_steps) and told.last_step == told.max_steps
     assert before + periods <= told.finish_by <= time.time() + periods
-    assert told.evaluation_seconds == record["combinations"]["big|fp32|full"]["seconds_per_evaluation"] > 0
+    assert told.evaluation_seconds == plan.times("big|fp32|full").seconds_per_evaluation > 0
     assert build_plan(sampled, allotted, "out").finish_by is None, "a sampled trial trains its steps, as timed"
     assert build_plan(baseline, allotted, "out", resume_from="/ckpt").finish_by is None, "a restart: its steps"
-    stepped = _plan(_config(), probes).to_dict()
-    assert allotted_time(stepped)["period_seconds"] is None
-    assert build_plan(baseline, context(allotted_time(stepped)), "out").finish_by is None, "steps allotted: steps"
+    stepped = _plan(_config(), probes)
+    assert planned_lengths(stepped)["period_seconds"] is None
+    assert build_plan(baseline, context(planned_lengths(stepped)), "out").finish_by is None, "steps allotted: steps"
 
 
 def test_eval_speed_not_measured_is_taken_as_a_forward_pass_faster_than_training():
@@ -717,21 +714,24 @@ def test_the_export_scores_at_full_precisions_measured_speed_where_the_probe_tim
     assert scoring(full, half, shallow) == pytest.approx(scoring(full)), "the slowest candidate's: it may win"
 
 
-def test_a_default_cadence_too_slow_for_two_evaluations_in_the_trials_share_is_lowered_and_said():
+def test_an_auto_cadence_too_slow_for_two_evaluations_in_the_trials_share_is_lowered_and_said():
     """The plainly written LLM file: 50 steps between evaluations cost its slowest combination 434 s; under a time
-    budget a default eval_every_steps comes down until a trial of the slowest evaluates twice in the trials' share
-    (a number the file writes other than the default stands)."""
+    budget eval_every_steps auto comes down until a trial of the slowest evaluates twice in the trials' share (a
+    number the file writes stands, 50 among them)."""
     probes = {"big": probe("big", "fp32", 2.0)}  # 12 s a step at the mean effective batch of 24, 2 s an evaluation
-    plan = _plan(_config(time_budget_minutes=5, exploit={"share": 0.5}), probes)
+    plan = _plan(_config(time_budget_minutes=5, exploit={"share": 0.5}, eval_every_steps="auto"), probes)
     # The trials' 150 s: (150 - start) / 2 - 2 s of evaluation leaves room for a few 12 s steps, not 50.
-    assert 1 <= plan.eval_every_steps < 50 and any("search.eval_every_steps 50 ->" in n for n in plan.notes)
+    assert 1 <= plan.eval_every_steps < 50 and any("search.eval_every_steps auto ->" in n for n in plan.notes)
     big = plan.combinations[0]
     assert planning.TRIAL_START_SECONDS + 2 * big.period_seconds(plan.eval_every_steps) <= 150
-    assert planning.apply(_config(time_budget_minutes=5), plan).search.eval_every_steps == plan.eval_every_steps
-    kept = _plan(_config(time_budget_minutes=5, exploit={"share": 0.5}, eval_every_steps=40), probes)
-    assert kept.eval_every_steps == 40, "a number the file writes stands"
-    roomy = _plan(_config(time_budget_minutes=500, exploit={"share": 0.5}), probes)
+    assert plan.evaluations == plan.max_steps // plan.eval_every_steps
+    for written in (40, 50):
+        kept = _plan(_config(time_budget_minutes=5, exploit={"share": 0.5}, eval_every_steps=written), probes)
+        assert kept.eval_every_steps == written, "a number the file writes stands"
+    roomy = _plan(_config(time_budget_minutes=500, exploit={"share": 0.5}, eval_every_steps="auto"), probes)
     assert roomy.eval_every_steps == 50 and not any("eval_every_steps" in n for n in roomy.notes)
+    short = _plan(_config(max_steps=20, eval_every_steps="auto"), probes)
+    assert short.eval_every_steps == 20, "auto: a trial's max_steps at most"
 
 
 def test_the_plan_says_a_budget_as_written_or_in_seconds_where_a_time_limit_divided_it():

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from finesweep.search.budget.plan import unplanned
 from finesweep.search.outputs.plots import log_sweep_plots, replay_study, trial_curves
 from finesweep.search.probe.table import combination_key
+from finesweep.search.tuning.context import planned_lengths
 from finesweep.search.tuning.trainable import TrialContext, build_plan
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.tracking.tags import END_STATE_TAG, TRIAL_TAG
@@ -50,7 +52,7 @@ def _store(tmp_path: Path, config: SweepConfig, trials: list) -> tuple[Tracker, 
     parent = tracker.start_run(experiment, "sweep", {"finesweep.kind": "sweep"})
     context = TrialContext(sweep=config.model_dump(mode="json"), tokenized={"tiny-a": "ta", "tiny-b": "tb"},
                            label_names=["neg", "pos"], eval_batches={}, tracking_uri=tracker.uri,
-                           experiment_id=experiment, parent_run_id=parent,
+                           experiment_id=experiment, parent_run_id=parent, **planned_lengths(unplanned(config, 1)),
                            micro_batches={combination_key(m, p, k): 8 for m in ("tiny-a", "tiny-b")
                                           for p in PRECISIONS for k in ("full", "lora")})
     for number, (params, evaluations) in enumerate(trials):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from finesweep.search.budget.plan import unplanned
 from finesweep.search.selection.baseline import compare, export_name, gain_interval, majority_class_warnings, origin
 from finesweep.search.selection.best import BEST_SO_FAR
 from finesweep.search.tuning.context import baseline_length
@@ -79,7 +80,7 @@ def test_the_first_trial_is_the_baseline_and_the_initial_points_follow_it():
     learning rate and batch are not the space's), trial 2 the user's initial point, later trials the space."""
     config = _config({"learning_rate": RANGE, "effective_batch_size": [16, 32]},
                      {"initial_points": [{"model": "n", "learning_rate": 2e-4, "effective_batch_size": 32}]})
-    searcher = make_searcher(config, ["fp32"])
+    searcher = make_searcher(config, unplanned(config, 1), ["fp32"])
     first, second, *rest = [searcher.suggest(f"t{i}") for i in range(5)]
     assert first[BASELINE_KEY] is True and first["learning_rate"] == 5e-5 and first["effective_batch_size"] == 8
     assert (second["model"], second["learning_rate"], second["effective_batch_size"]) == ("n", 2e-4, 32)
@@ -88,7 +89,7 @@ def test_the_first_trial_is_the_baseline_and_the_initial_points_follow_it():
 
 def test_a_grid_search_runs_no_baseline_trial():
     config = _config({"learning_rate": RANGE}, {"algorithm": "grid", "num_trials": 4})
-    searcher = make_searcher(config, ["fp32"])
+    searcher = make_searcher(config, unplanned(config, 1), ["fp32"])
     assert all(BASELINE_KEY not in searcher.suggest(f"t{i}") for i in range(4))
 
 
@@ -355,14 +356,14 @@ def test_without_initial_points_tpe_tries_the_baseline_then_the_spaces_centre():
         "space": {"learning_rate": {"low": 1e-5, "high": 1e-3, "log": True}, "effective_batch_size": [8, 16, 32],
                   "warmup_ratio": {"low": 0.0, "high": 0.2}, "precision": ["fp32", "bf16"]}})
     # The probe orders the precisions fastest first (bf16 here); the baseline keeps the Trainer's fp32.
-    searcher = make_searcher(config, ["bf16", "fp32"])
+    searcher = make_searcher(config, unplanned(config, 1), ["bf16", "fp32"])
     first, second, third = [searcher.suggest(f"t{i}") for i in range(3)]
     assert first[BASELINE_KEY] is True and (first["model"], first["precision"]) == ("first", "fp32")
     assert second["learning_rate"] == pytest.approx(1e-4) and second["effective_batch_size"] == 16
     assert (second["model"], second["precision"]) == ("first", "bf16"), "the model listed first, the fastest precision"
     assert second["warmup_ratio"] == pytest.approx(0.1) and BASELINE_KEY not in second | third
     random = _config({"learning_rate": RANGE}, {"algorithm": "random", "baseline": "off"})
-    assert make_searcher(random, ["fp32"]).suggest("t0")["learning_rate"] != pytest.approx(math.sqrt(1e-4 * 1e-3))
+    assert make_searcher(random, unplanned(random, 1), ["fp32"]).suggest("t0")["learning_rate"] != pytest.approx(math.sqrt(1e-4 * 1e-3))
 
 
 def test_with_a_learning_rate_per_method_tpe_tries_the_baseline_then_another_methods_centre():
@@ -370,7 +371,7 @@ def test_with_a_learning_rate_per_method_tpe_tries_the_baseline_then_another_met
     centre of LoRA's range (the full range's centre would repeat the baseline), then every trial in its method's
     own range, TPE's modelled samples too."""
     config = _config({"method": ["full", "lora"], "effective_batch_size": [8]}, {"num_trials": 24})
-    searcher = make_searcher(config, ["fp32"])
+    searcher = make_searcher(config, unplanned(config, 1), ["fp32"])
     first, second, *rest = [searcher.suggest(f"t{i}") for i in range(3)]
     assert first[BASELINE_KEY] is True and (first["method"], first["learning_rate"]) == ("full", 5e-5)
     assert second["method"] == "lora" and second["learning_rate"] == pytest.approx(math.sqrt(5e-5 * 1e-3))

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from finesweep.search.budget.plan import unplanned
 from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE, SINCE_BEST, checkpoint_score
 from finesweep.search.tuning.sink import TuneMlflowSink
 from finesweep.search.tuning.trainable import sink_for
@@ -74,7 +75,7 @@ def test_optuna_is_told_the_trials_best_evaluation_not_its_last(tmp_path):
 
     config = SweepConfig.model_validate({**MINIMAL, "space": {"precision": ["fp32"]},
                                          "search": {"metric": "eval_loss", "mode": "min", "num_trials": 2}})
-    searcher = make_searcher(config, ["fp32"])
+    searcher = make_searcher(config, unplanned(config, 1), ["fp32"])
     tracker, run = _trial_run(tmp_path)
     sink = RecordingSink(tracker, run, ("eval_loss", "min"))
     assert searcher.suggest("t1")["model"] == "m"

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from finesweep.search.budget.plan import unplanned
 from finesweep.search.selection.best import BEST_SO_FAR, Best, best_of
 from finesweep.search.selection.pareto import (THROUGHPUT, TrialPoint, dominates, pareto_front, pick_point, search_objectives,
                                      trial_points, within)
@@ -193,11 +194,11 @@ def test_optuna_is_told_each_trials_metric_and_throughput_as_two_objectives(tmp_
                                          "search": {"metric": "eval_accuracy", "mode": "max", "second_objective": "throughput",
                                                     "num_trials": 3, "eval_every_steps": 5, "max_steps": 15,
                                                     "baseline": "off"}})  # every trial a sample of the space
-    searcher = make_searcher(config, ["fp32"])
+    searcher = make_searcher(config, unplanned(config, 1), ["fp32"])
     start_ray(None)
     try:
         tuner = tune.Tuner(tune.with_resources(_fake_trial, {"cpu": 1}), tune_config=tune.TuneConfig(
-            metric=BEST_SO_FAR, mode="max", search_alg=searcher, scheduler=make_scheduler(config), num_samples=3),
+            metric=BEST_SO_FAR, mode="max", search_alg=searcher, scheduler=make_scheduler(config, unplanned(config, 1)), num_samples=3),
             run_config=tune.RunConfig(name="mo", storage_path=str(tmp_path), verbose=0,
                                       checkpoint_config=checkpoint_config(config)))
         results = tuner.fit()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from finesweep.search.budget.plan import unplanned
 from finesweep.search.selection.best import Best
 from finesweep.search.tuning import equal_time, exploit
 from finesweep.search.tuning.context import EQUAL_TIME_KEY, build_plan
@@ -51,13 +52,14 @@ def test_the_equal_time_run_is_the_baseline_recipe_from_step_0_with_every_weight
     class Result:
         metrics = {"trial_id": "base", "train_samples_per_second_so_far": 16.0}
 
-    told = exploit.order(config, _baseline(), [Result()], 100.0, None, 1000.0, cores_ratio=2.0, from_checkpoint=False)
+    told = exploit.order(config, _baseline(), [Result()], 100.0, unplanned(config, 1), 1000.0, cores_ratio=2.0,
+                         from_checkpoint=False)
     assert told.source_checkpoint is None and told.provisional_steps == 200 and told.finish_by == 1100.0
-    from finesweep.search.tuning.context import TrialContext
+    from finesweep.search.tuning.context import TrialContext, planned_lengths
 
     context = TrialContext(sweep=config.model_dump(mode="json"), tokenized={"tiny": "t"}, label_names=None,
                            micro_batches={"tiny|fp32|full": 8}, eval_batches={}, tracking_uri="", experiment_id="",
-                           parent_run_id="", train_rows=280, exploitation=told)
+                           parent_run_id="", train_rows=280, exploitation=told, **planned_lengths(unplanned(config, 1)))
     plan = exploit.trial_plan(build_plan(params, context, "out"), told, None, lambda source: source)
     assert (plan.max_steps, plan.resume_from, plan.freeze_embeddings, plan.dropout, plan.baseline) == (
         200, None, False, None, False)

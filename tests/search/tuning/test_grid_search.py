@@ -65,11 +65,15 @@ def test_tpe_starts_from_the_trials_a_step_budget_pays_for():
     from finesweep.search.tuning.samplers import planned_trials
     from finesweep.spaces import SweepConfig
 
-    def config(**search):
-        return SweepConfig.model_validate({"name": "s", "data": {"path": "x.csv"}, "models": [{"name": "m", "path": "m"}],
-                                           "search": {"max_steps": 40, "eval_every_steps": 8, **search}})
+    from finesweep.search.budget.plan import unplanned
 
-    assert planned_trials(config(num_trials=30)) == 30
-    assert planned_trials(config(num_trials=100, step_budget=240)) == 6  # six trials at full length
-    assert planned_trials(config(num_trials=4, step_budget=240)) == 4
-    assert planned_trials(config(num_trials=100, step_budget=10)) == 1
+    def trials(**search) -> int:
+        config = SweepConfig.model_validate({"name": "s", "data": {"path": "x.csv"},
+                                             "models": [{"name": "m", "path": "m"}],
+                                             "search": {"max_steps": 40, "eval_every_steps": 8, **search}})
+        return planned_trials(config, unplanned(config, 1))
+
+    assert trials(num_trials=30) == 30
+    assert trials(num_trials=100, step_budget=240) == 6  # six trials at full length
+    assert trials(num_trials=4, step_budget=240) == 4
+    assert trials(num_trials=100, step_budget=10) == 1

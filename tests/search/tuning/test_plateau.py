@@ -7,10 +7,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from finesweep.search.budget.plan import unplanned
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.tracking.tags import END_STATE_TAG
 from finesweep.search.tuning.callbacks import PlateauStopper, TrialEndRecorder
-from finesweep.search.tuning.context import TrialContext
+from finesweep.search.tuning.context import TrialContext, planned_lengths
 from finesweep.search.tuning.tuner import stoppers
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.space import BASELINE_KEY
@@ -44,15 +45,16 @@ def test_a_trial_stops_at_its_plateau_and_the_baseline_trains_on(tmp_path):
 
     config = _sweep()
     assert config.search.plateau_patience == 3  # the default
-    assert isinstance(stoppers(config, tmp_path), PlateauStopper)
-    assert stoppers(_sweep(plateau_patience=None), tmp_path) is None
+    assert isinstance(stoppers(config, unplanned(config, 1), tmp_path), PlateauStopper)
+    assert stoppers(_sweep(plateau_patience=None), unplanned(_sweep(), 1), tmp_path) is None
     tracker = Tracker(default_tracking_uri(tmp_path))
     experiment = tracker.experiment("s", tmp_path / "mlartifacts")
     parent = tracker.start_run(experiment, "sweep", {"finesweep.kind": "sweep"})
     runs = {True: tracker.start_run(experiment, "baseline", {}, parent),
             False: tracker.start_run(experiment, "sampled", {}, parent)}
     context = TrialContext(sweep=config.model_dump(mode="json"), tokenized={}, label_names=None, micro_batches={},
-                           eval_batches={}, tracking_uri=tracker.uri, experiment_id=experiment, parent_run_id=parent)
+                           eval_batches={}, tracking_uri=tracker.uri, experiment_id=experiment, parent_run_id=parent,
+                           **planned_lengths(unplanned(config, 1)))
     recorder = TrialEndRecorder(tracker.uri, context, len(ACCURACIES))
     start_ray(None)
     try:
@@ -61,7 +63,7 @@ def test_a_trial_stops_at_its_plateau_and_the_baseline_trains_on(tmp_path):
         tuner = tune.Tuner(tune.with_resources(_trial, {"cpu": 1}), param_space=space,
                            tune_config=tune.TuneConfig(metric="eval_accuracy", mode="max"),
                            run_config=tune.RunConfig(name="plateau", storage_path=str(tmp_path), verbose=0,
-                                                     stop=stoppers(config, tmp_path), callbacks=[recorder]))
+                                                     stop=stoppers(config, unplanned(config, 1), tmp_path), callbacks=[recorder]))
         results = {r.config[BASELINE_KEY]: r.metrics for r in tuner.fit()}
     finally:
         ray.shutdown()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from finesweep.search.budget.plan import unplanned
 from finesweep.search.tuning import optuna_compat
 from finesweep.search.tuning.ray_compat import optuna_study_of
 from finesweep.search.tuning.samplers import make_searcher, tpe_startup_trials
@@ -32,6 +33,6 @@ def test_a_third_of_the_trials_start_at_random_at_least_2_and_at_most_10(num_tri
 ])
 def test_the_sweeps_tpe_sampler_gets_that_number_after_its_first_trials(search, startup):
     config = SweepConfig.model_validate({**MINIMAL, "search": {"algorithm": "tpe", **search}})
-    sampler = optuna_study_of(make_searcher(config, ["fp32"])).sampler
+    sampler = optuna_study_of(make_searcher(config, unplanned(config, 1), ["fp32"])).sampler
     assert type(sampler).__name__ == "TPESampler"
     assert optuna_compat.tpe_startup_trials_of(sampler) == startup

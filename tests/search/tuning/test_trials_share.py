@@ -3,11 +3,14 @@ budget at the latest), and a resumed sweep keeps the seconds it had spent."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pickle
 
 import pytest
 from ray.tune.search import Searcher
 
+from finesweep.search.budget.plan import CombinationTimes, unplanned
 from finesweep.search.selection.best import SINCE_BEST
 from finesweep.search.tuning import callbacks
 from finesweep.search.tuning.callbacks import StepBudgetStopper, TrialsShareStopper
@@ -76,12 +79,16 @@ def _config(**search) -> SweepConfig:
                                        "search": search})
 
 
+def _stoppers(config: SweepConfig, experiment):
+    return stoppers(config, unplanned(config, 1), experiment)
+
+
 def test_the_search_is_ended_by_whichever_budget_it_has(tmp_path):
-    timed = stoppers(_config(time_budget_minutes=5, exploit={"share": 0.4}, plateau_patience=None), tmp_path)
+    timed = _stoppers(_config(time_budget_minutes=5, exploit={"share": 0.4}, plateau_patience=None), tmp_path)
     assert isinstance(timed, TrialsShareStopper) and (timed.seconds, timed.longest) == (180, 300)
-    stepped = stoppers(_config(time_budget_minutes=None, step_budget=100, plateau_patience=None), tmp_path)
+    stepped = _stoppers(_config(time_budget_minutes=None, step_budget=100, plateau_patience=None), tmp_path)
     assert isinstance(stepped, StepBudgetStopper)
-    every = stoppers(_config(time_budget_minutes=5, step_budget=100), tmp_path)  # and a trial's plateau (the default)
+    every = _stoppers(_config(time_budget_minutes=5, step_budget=100), tmp_path)  # and a trial's plateau (the default)
     assert not every.stop_all()
     assert every("a", {"eval_loss": 1.0, "step": 100, SINCE_BEST: 3}), "a trial's third evaluation without a better"
     assert every.stop_all(), "the step budget, spent long before the time budget"
@@ -95,12 +102,15 @@ class _Ended:
 def test_a_search_with_nothing_to_export_says_why_and_what_to_change():
     """The QLoRA example on a busy GPU machine: its one trial started too slowly to evaluate in 1.5 minutes, and the
     sweep said only "see the failed trials above" (there were none)."""
-    budget = callbacks.no_evaluation_reason(_config(time_budget_minutes=1.5, eval_every_steps=5), [_Ended()])
+    def reason(config: SweepConfig, results: list) -> str:
+        return callbacks.no_evaluation_reason(unplanned(config, 1), results)
+
+    budget = reason(_config(time_budget_minutes=1.5, eval_every_steps=5), [_Ended()])
     assert "1 trial(s) were stopped by the time budget (1.5 minutes)" in budget and "failed" not in budget
-    assert "search.time_budget_minutes" in budget and "search.eval_every_steps 5" in budget
-    both = callbacks.no_evaluation_reason(_config(time_budget_minutes=2), [_Ended(RuntimeError("x")), _Ended()])
+    assert "search.time_budget_minutes" in budget and "(every 5 steps, search.eval_every_steps)" in budget
+    both = reason(_config(time_budget_minutes=2), [_Ended(RuntimeError("x")), _Ended()])
     assert both.startswith("No trial reported") and "1 trial(s) failed" in both and "1 trial(s) were stopped" in both
-    failed = callbacks.no_evaluation_reason(_config(), [_Ended(RuntimeError("x"))])
+    failed = reason(_config(), [_Ended(RuntimeError("x"))])
     assert "failed" in failed and "stopped" not in failed
 
 
@@ -114,11 +124,12 @@ def _result(config: dict, iteration: int, seconds: float, step: int = 0) -> dict
             "eval_loss": 1.0}
 
 
-def test_the_plans_times_per_combination_come_from_its_record():
-    record = {"max_steps": 30, "eval_every_steps": 10,
-              "combinations": {"m|fp32|full": {"start_seconds": 10.0, "trial_seconds": 100.0}}}
-    assert planned_times(record) == {"m|fp32|full": TrialTimes(10.0, 30.0)}
-    assert planned_times(None) == {} and planned_times({"combinations": {}}) == {}
+def test_the_plans_times_per_combination_are_its_start_and_period():
+    """10 steps of 2 s and a 10 s evaluation: a 30 s period after a 10 s start."""
+    unmeasured = unplanned(_config(max_steps=30, eval_every_steps=10), 1)
+    plan = replace(unmeasured, combinations=[CombinationTimes("m|fp32|full", 8.0, 8.0, 2.0, 10.0, start_seconds=10.0)])
+    assert planned_times(plan) == {"m|fp32|full": TrialTimes(10.0, 30.0)}
+    assert planned_times(unmeasured) == {}
 
 
 def test_a_trial_whose_next_evaluation_would_pass_the_share_ends_at_the_one_it_made(clock, tmp_path):

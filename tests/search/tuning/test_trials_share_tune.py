@@ -8,10 +8,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from finesweep.search.budget.plan import unplanned
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.tracking.tags import END_STATE_TAG
 from finesweep.search.tuning.callbacks import TrialEndRecorder
-from finesweep.search.tuning.context import TrialContext
+from finesweep.search.tuning.context import TrialContext, planned_lengths
 from finesweep.search.tuning.trials_share import TrialTimes
 from finesweep.search.tuning.tuner import gated_searcher, stoppers
 from finesweep.spaces import SweepConfig
@@ -48,21 +49,23 @@ def test_no_trial_starts_too_late_and_none_runs_past_its_last_evaluation_in_the_
         "search": {"metric": "eval_loss", "mode": "min", "num_trials": 4, "max_concurrent_trials": 2,
                    "scheduler": "none", "plateau_patience": None, "time_budget_minutes": SHARE / 30,
                    "exploit": {"share": 0.5}}})
-    assert config.search.exploration_seconds == SHARE
+    plan = unplanned(config, 1)
+    assert plan.trials_seconds == SHARE
     tracker = Tracker(default_tracking_uri(tmp_path))
     experiment = tracker.experiment("s", tmp_path / "mlartifacts")
     parent = tracker.start_run(experiment, "sweep", {"finesweep.kind": "sweep"})
     context = TrialContext(sweep=config.model_dump(mode="json"), tokenized={}, label_names=None, micro_batches={},
-                           eval_batches={}, tracking_uri=tracker.uri, experiment_id=experiment, parent_run_id=parent)
+                           eval_batches={}, tracking_uri=tracker.uri, experiment_id=experiment, parent_run_id=parent,
+                           **planned_lengths(plan))
     recorder = TrialEndRecorder(tracker.uri, context, EVALUATIONS)
     start_ray(None)
     try:
         trainable = tune.with_parameters(_trial, uri=tracker.uri, experiment=experiment, parent=parent)
-        searcher = gated_searcher(config, ["fp32"], tmp_path / "share", TIMES)
+        searcher = gated_searcher(config, plan, ["fp32"], tmp_path / "share", TIMES)
         tuner = tune.Tuner(tune.with_resources(trainable, {"cpu": 0.5}), tune_config=tune.TuneConfig(
             metric="eval_loss", mode="min", search_alg=searcher, num_samples=4, max_concurrent_trials=2),
             run_config=tune.RunConfig(name="share", storage_path=str(tmp_path), verbose=0, callbacks=[recorder],
-                                      stop=stoppers(config, tmp_path / "share", TIMES)))
+                                      stop=stoppers(config, plan, tmp_path / "share", TIMES)))
         results = list(tuner.fit())
         # As the sweep does (search/sweep.py): a trial that Tune's end of the whole search stopped in the middle of
         # a period (a loaded machine made it longer than the one it measured) has no completion event to tag it.

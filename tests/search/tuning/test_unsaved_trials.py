@@ -35,7 +35,8 @@ def test_runs_of_trials_unknown_to_the_saved_state_are_deleted_or_closed(tmp_pat
     _saved_state(tmp_path / "tune", ["saved"])
     assert [t.trial_id for t in saved_trials(tmp_path / "tune")] == ["saved"]
     context = TrialContext(sweep={}, tokenized={}, label_names=None, micro_batches={}, eval_batches={},
-                           tracking_uri=tracker.uri, experiment_id=experiment, parent_run_id=parent)
+                           tracking_uri=tracker.uri, experiment_id=experiment, parent_run_id=parent, max_steps=1,
+                           eval_every_steps=1)
 
     assert sorted(drop_runs_of_unsaved_trials(tracker, context, tmp_path / "tune")) == ["bare", "evaluated"]
     left = {r.data.tags[TRIAL_TAG]: r for r in tracker.trial_runs(experiment, parent)}
