@@ -20,6 +20,7 @@ from finesweep.search.outputs.pareto_report import pick_export
 from finesweep.search.outputs.plots import log_sweep_plots
 from finesweep.search.outputs.variants import check_backends
 from finesweep.search.budget import export_calibration
+from finesweep.search.budget.plan import SearchPlan, recorded_plan
 from finesweep.search.probe.cores import usable_cores, warn_of_other_work
 from finesweep.search.probe.device import Device
 from finesweep.search.selection import arms
@@ -32,7 +33,6 @@ from finesweep.search.tracking.spool import SPOOL_FOLDER
 from finesweep.search.tracking.tags import (BEST_RUN_TAG, BEST_STEP_TAG, BEST_TRIAL_TAG, DEVICE_TAG, GIT_COMMIT_TAG,
                                             GIT_DIRTY_TAG, KIND_TAG, OUTCOME_TAG, PYTHON_TAG)
 from finesweep.search.tuning import equal_time, exploit, exploit_outcome
-from finesweep.search.budget.plan import SearchPlan, recorded_plan
 from finesweep.search.tuning.context import TrialContext, planned_lengths
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic

@@ -3,6 +3,7 @@ simulated search, the trial length a budget pays for, and the plan of a whole sw
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import replace
@@ -777,3 +778,23 @@ def test_the_onnx_graphs_writing_grows_with_the_weights_from_the_flat_seconds_of
     writing = export_time.ONNX_EXPORT_SECONDS_PER_GB["classification"] * 0.54
     assert large - small == pytest.approx(writing - export_time.ONNX_EXPORT_SECONDS["classification"]
                                           + export_time.EXPORT_SECONDS_PER_GB * 0.52)
+
+
+def test_a_resume_reads_the_plan_its_sweep_recorded_and_an_older_record_beside_its_planned_config():
+    """A sweep recorded its plan in sweep-state.json (SearchPlan.to_dict): a resume goes on with it exactly. An older
+    sweep wrote the plan's decisions into the config it saved and kept a record without them: they are read back from
+    that config, with the record's allotted times."""
+    probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
+    config = _config(time_budget_minutes=5, num_trials=50, max_steps=2000)
+    plan = _plan(config, probes)
+    assert planning.recorded_plan(json.loads(json.dumps(plan.to_dict())), config) == plan
+    older = {key: value for key, value in plan.to_dict().items()
+             if key not in ("budget_seconds", "export", "auto_dropout", "elapsed_seconds", "time_limit_seconds")}
+    planned_config = _config(time_budget_minutes=5, num_trials=plan.num_trials, max_steps=plan.max_steps,
+                             exploit={"share": plan.exploit_share})
+    read = planning.recorded_plan(older, planned_config)
+    assert (read.max_steps, read.num_trials, read.eval_every_steps) == (plan.max_steps, plan.num_trials, 50)
+    assert read.samples_per_evaluation == plan.samples_per_evaluation and read.budget_seconds == 300
+    assert read.exploitation_seconds == plan.exploitation_seconds
+    assert {c.key: c.samples_per_second for c in read.combinations} == {c.key: c.samples_per_second
+                                                                       for c in plan.combinations}

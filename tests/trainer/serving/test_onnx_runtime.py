@@ -114,13 +114,14 @@ def test_evaluation_and_predict_load_the_folder_through_onnxruntime(onnx_classif
     assert [o["label"] in LABELS and 0 < o["score"] <= 1 for o in out] == [True, True]
 
 
-def test_the_default_export_list_has_the_fast_variant_for_both_tasks(tmp_path):
+def test_the_auto_export_list_has_the_fast_variant_for_both_tasks(tmp_path):
     from finesweep.spaces.config import SweepConfig
 
     def unset(task: str) -> list[str]:
         config = SweepConfig.model_validate({"name": "x", "data": {"path": "x.csv", "task": task},
                                              "models": [{"name": "m", "path": str(tmp_path)}]})
-        return [q.value for q in config.export.quantization]
+        assert config.export.quantization == "auto"
+        return [q.value for q in config.export.resolved().quantization]
 
     assert unset("classification") == ["int8", "onnx-int8"] and unset("causal_lm") == ["int8", "onnx-int8"]
 
