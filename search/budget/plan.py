@@ -25,7 +25,7 @@ from finesweep.search.budget.measured import (FORWARD_SPEEDUP, RAY_START_SECONDS
                                               TRIAL_START_SECONDS)
 from finesweep.search.budget.padding import length_grouped_megabatch, padded_fraction
 from finesweep.search.budget.simulate import Lane, Simulated, asha_milestones, simulate
-from finesweep.search.budget.winner import Split, passes_cap_words, winner_share
+from finesweep.search.budget.winner import Split, passes_cap_words, unmeasured_share, winner_share
 from finesweep.search.probe.table import ProbeResult, attempt_speed
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.config import ExportConfig
@@ -383,7 +383,7 @@ def unplanned(config: SweepConfig, concurrency: int, elapsed_seconds: float = 0.
     search = config.search
     limit = search.time_limit_seconds
     budget = max(limit - elapsed_seconds, 1.0) if limit else file_allowance(config).seconds
-    share = search.exploit.fraction if budget and config.resources.workers_per_trial == 1 else 0.0
+    share = unmeasured_share(search, budget, continues=config.resources.workers_per_trial == 1)
     auto_dropout, _ = resolve_dropout(config, [], 0, budget)
     wanted, grid_note = grid_trials(search.num_trials, grid_size) if grid_size else (search.num_trials, "")
     every, _ = planned_cadence(search.eval_every_steps, search.max_steps, None, [])

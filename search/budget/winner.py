@@ -95,6 +95,12 @@ def winner_share(search: SearchConfig, budget: float | None, combinations: list[
     return Split(share, every, schedule, per_evaluation, cadence_notes, words, spared)
 
 
+def unmeasured_share(search: SearchConfig, budget: float | None, continues: bool = True) -> float:
+    """The winner's share where the probe measured nothing to plan from: the file's, auto's fixed fallback; none
+    without a time budget or a winner that can train further (see winner_share)."""
+    return search.exploit.fraction if budget and continues else 0.0
+
+
 def _trials_seconds(budget: float | None, share: float) -> float | None:
     return budget * (1 - share) if budget else None
 
@@ -107,11 +113,8 @@ def auto_share(combinations: list[CombinationTimes], budget_seconds: float, trai
     share.
 
     The passes are one trial's of the slowest candidate (the winner may be any of them), at the speed the probe
-    measured for a trial: not the combinations' mean times the trials at once. That counted 4.7 passes on the
-    plain tweets file (its 3-layer candidate's speed, two trials at once) where its 6-layer winner trained 1.15 in
-    the whole budget, the winner's further training with every core included: the probe times the largest
-    micro-batch (the plan counted 28 samples/s a trial where the trial at batch 8 trained 17), and two cores train
-    1.74x one, not 2x (MiniLM, AVX-512)."""
+    measured for a trial: the combinations' mean speed times the trials at once over-counts what one model trains
+    (the probe times the largest micro-batch, and two cores train less than twice one)."""
     passes = budget_passes(combinations, budget_seconds, train_rows)
     if passes is None:
         return AUTO_SHARE_UNPLANNED, " (auto: no training speed measured)"
@@ -147,9 +150,7 @@ def sparing_a_capped_winner(share: float, fewest_trial_samples: int, train_rows:
                             epochs: float) -> tuple[float, str]:
     """No share for the winner where every trial, run to its planned end, has made the `epochs` passes over the
     training split at which the winner's further training ends (search.exploit.max_epochs): it would end where it
-    starts (a continuation from a checkpoint past them is refused), so its seconds go to the trials. A small data set
-    does this: the chat categories' 371 rows are two passes in 93 steps of 8, and the example's trials train 750.
-    The words say so (empty where the share stands)."""
+    starts, so its seconds go to the trials (a small data set). The words say so (empty where the share stands)."""
     passes = fewest_trial_samples / train_rows
     if share <= 0 or passes < epochs:
         return share, ""
@@ -162,9 +163,8 @@ def sizing_a_capped_winner(budget: float, share: float, fewest_trial_samples: in
                            slowest: CombinationTimes) -> tuple[float, str]:
     """The winner's share lowered to what its further training can use: it ends at `epochs` passes over the
     training split, so on a small data set a share sized by the budget's passes (auto_share) is mostly left unspent
-    while the trials, short of time, compare fewer recipes. A plain file on 2,325 rows with a 7-minute limit kept
-    134 s for a winner that reached its two passes in 27 steps, and the sweep ended after 213 s of the 420 with three
-    trials. The need: the samples from the shortest trial of the space to the passes, at the slowest candidate's
+    while the trials, short of time, compare fewer recipes. The need: the samples from the shortest trial of the
+    space to the passes, at the slowest candidate's
     trial speed, with CAPPED_WINNER_ROOM, and a trial's start. The baseline's trial (one pass at most) is not
     counted: where it wins, its further training may stop short of the passes, the price of the trials the seconds
     buy. The words say so (empty where the share stands)."""
