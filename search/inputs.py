@@ -99,6 +99,7 @@ def tokenizer_candidates(config: SweepConfig) -> SweepConfig:
 def _gguf_candidates(config: SweepConfig, resolve: Callable[[ModelCandidate, Path], ModelCandidate]) -> SweepConfig:
     """The config with `resolve` applied to each GGUF candidate of the space (a resolved one whose folder is gone
     is its GGUF file again), after the check that every GGUF file can be read here."""
+    # Where each candidate's weights are on this machine, not a decision about the search.
     config = config.model_copy(update={"models": [gguf.from_lost_folder(m) for m in config.models]})
     gguf.check_gguf(config)
     cache = machine_cache()

@@ -133,7 +133,7 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
     # the data, the GGUF candidates and the probe, whose libraries' warnings go there (the probe process's too)
     precisions = usable_precisions([p.value for p in config.space.precision], device)
     methods = usable_methods([m.value for m in config.space.method], device)
-    if len(methods) < len(config.space.method):
+    if len(methods) < len(config.space.method):  # the space this device can train, not a division of time
         config = config.model_copy(update={"space": config.space.model_copy(update={"method": [Method(m) for m in methods]})})
     console.header(config, device, folder.root)
     if cpus_note:
@@ -267,4 +267,5 @@ def drop_unfit_models(config: SweepConfig, probes: dict[str, Any], console: Cons
             "a shorter data.max_seq_len, or a smaller model.")
     if len(kept) == len(fits):
         return config
+    # The space this machine's memory allows, not a division of time.
     return config.model_copy(update={"space": config.space.model_copy(update={"model": kept})})

@@ -57,6 +57,7 @@ def fit_trial_cpus(config: SweepConfig, cores: int) -> tuple[SweepConfig, str]:
     note = (f"resources.cpus_per_trial {resources.cpus_per_trial:g} -> {fitted}: a trial would ask for {asked:g} CPU "
             f"cores and this sweep may use {cores} (this machine's, within its CPU affinity and cgroup quota), so a "
             f"local Ray could place no trial. Set resources.cpus_per_trial: {fitted} to say so in the file.")
+    # The trial's resources, fitted to the cores before the probe times them: what a trial is, not how long it runs.
     return config.model_copy(update={"resources": resources.model_copy(update={"cpus_per_trial": float(fitted)})}), note
 
 
@@ -94,6 +95,7 @@ def share_devices(config: SweepConfig, device: Device, probes: dict[str, ProbeRe
             gpus = 1.0 if sharing == 1 else round(1 / sharing, 4)
             notes.append(f"gpus_per_trial {gpus:g}: " + ("a whole GPU per trial" if sharing == 1 else
                                                          f"{sharing} trials share each GPU"))
+    # The devices' sharing the probe's memory allows, which the plan then times (PlanInputs.concurrency).
     resources = resources.model_copy(update={"gpus_per_trial": gpus})
     search = search.model_copy(update={"max_concurrent_trials": concurrent})
     return config.model_copy(update={"resources": resources, "search": search}), notes

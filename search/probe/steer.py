@@ -120,6 +120,7 @@ def without(config: SweepConfig, precisions: list[str], removals: list[Removal],
                 warnings.append(f"search.initial_points[{i}]: {dimension} {point[dimension]} left the space (too slow "
                                 f"here); this point is tried with {moved[dimension]} instead")
         points.append(moved)
+    # The space this machine can search (a value too slow here is no candidate), not a division of time.
     space = config.space.model_copy(update={"method": [Method(m) for m in methods]})
     search = config.search.model_copy(update={"initial_points": points})
     return config.model_copy(update={"space": space, "search": search}), precisions, warnings
