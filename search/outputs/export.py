@@ -89,12 +89,9 @@ def export_best(
     `baseline` (the baseline trial's best evaluation, as `best`, with sweep.comparison_inputs): its checkpoint, or the
     equal-time run's, scored on the test split as the full model is and compared (selection/baseline.compare);
     `search_warnings` (a winner on the edge of the space) join the export's warnings; `chat_format` (causal_lm) names
-    the columns the card says the data came from. A variant that cannot be made is left out
-    (`ExportResult.not_made`), its traceback logged for `log_file`.
-    `label_names` is only needed for a LoRA checkpoint whose folder holds no config with id2label and whose test
-    split has no ClassLabel feature (the base model's head is rebuilt from them before the adapter is merged).
-    `export`: the export section as the sweep's plan fitted it to a time limit (None: the file's).
-    """
+    the columns the card says the data came from; `export`: the section as the plan fitted it (None: the file's). A
+    variant that cannot be made is left out (`ExportResult.not_made`), its traceback logged for `log_file`.
+    `label_names`: for a LoRA checkpoint whose folder and test split name no labels (its base's head is rebuilt)."""
     export = export or config.export
     task = Task(config.data.task)
     cap_torch_threads()  # every variant measured with the cores the plan's estimate counted
