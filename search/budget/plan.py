@@ -13,7 +13,7 @@ trials that will really run. The simulation also predicts the search's seconds; 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from finesweep.search.budget.cadence import planned_cadence
@@ -162,14 +162,9 @@ class SearchPlan:
         """The plan to_dict recorded (a resume goes on with the plan its sweep started with)."""
         combinations = [CombinationTimes(key, **{name: times[name] for name in COMBINATION_FIELDS if name in times})
                         for key, times in record["combinations"].items()]
-        return cls(combinations, record["eval_every_steps"], record["max_steps"], record["requested_max_steps"],
-                   record["num_trials"], record["requested_num_trials"], record["concurrency"], record["budget"],
-                   record["search_seconds"], record["export_steps"], Simulated(**record["simulated"]),
-                   record["notes"], record["period_seconds"], record["samples_per_evaluation"],
-                   record["exploitation_seconds"], record["exploit_share"], record["auto_dropout"],
-                   record["export_calibration"], record["equal_time_seconds"], record["budget_seconds"],
-                   ExportConfig.model_validate(record["export"]), record["elapsed_seconds"],
-                   record["time_limit_seconds"])
+        own = {f.name: record[f.name] for f in fields(cls)}
+        return cls(**{**own, "combinations": combinations, "simulated": Simulated(**record["simulated"]),
+                      "export": ExportConfig.model_validate(record["export"])})
 
 
 # What to_dict keeps of each combination's times (its key is the record's).
@@ -303,8 +298,7 @@ def search_plan(config: SweepConfig, inputs: PlanInputs, allowance: Allowance | 
                           split.winner_seconds(budget), split.share, auto_dropout, calibration, budget_seconds=budget,
                           export=allowance.export, elapsed_seconds=inputs.elapsed_seconds,
                           time_limit_seconds=search.time_limit_seconds)
-    wanted, grid_note = (grid_trials(search.num_trials, inputs.grid_size) if inputs.grid_size
-                         else (search.num_trials, ""))
+    wanted, grid_note = _wanted_trials(search, inputs.grid_size)
     num_trials, simulated, count_note = trial_count(laid_out, search, split.trials_seconds(budget), wanted)
     search_seconds = RAY_START_SECONDS + simulated.seconds + laid_out.exploitation_seconds
     equal_time = equal_time_seconds(search_seconds) if search.baseline_budget == "equal" else 0.0
@@ -367,6 +361,11 @@ def equal_time_seconds(search_seconds: float) -> float:
     return max(search_seconds - RAY_START_SECONDS, 0.0) + TRIAL_START_SECONDS
 
 
+def _wanted_trials(search: SearchConfig, grid_size: int | None) -> tuple[int, str]:
+    """The trials the file asks for: search.num_trials, a grid's size at most (spaces/grid.py), with its note."""
+    return grid_trials(search.num_trials, grid_size) if grid_size else (search.num_trials, "")
+
+
 def _budget_words(search: SearchConfig, seconds: float | None) -> str:
     # A budget the sweep file wrote (6.5 minutes) as written; one a time limit divided (301.98 s) in seconds.
     minutes = seconds / 60 if seconds else None
@@ -385,7 +384,7 @@ def unplanned(config: SweepConfig, concurrency: int, elapsed_seconds: float = 0.
     budget = max(limit - elapsed_seconds, 1.0) if limit else file_allowance(config).seconds
     share = unmeasured_share(search, budget, continues=config.resources.workers_per_trial == 1)
     auto_dropout, _ = resolve_dropout(config, [], 0, budget)
-    wanted, grid_note = grid_trials(search.num_trials, grid_size) if grid_size else (search.num_trials, "")
+    wanted, grid_note = _wanted_trials(search, grid_size)
     every, _ = planned_cadence(search.eval_every_steps, search.max_steps, None, [])
     return SearchPlan([], every, search.max_steps, search.max_steps, wanted, search.num_trials,
                       concurrency, _budget_words(search, budget), 0.0, {}, Simulated(0.0, 0, 0, 0, 0),
