@@ -10,11 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from finesweep.search.budget.export_calibration import calibration_key
-from finesweep.search.budget.export_calibration import ratios as export_ratios
+from finesweep.search.budget.export_calibration import calibration_key, ratios as export_ratios
 from finesweep.search.budget.limit import probe_seconds, within_limit
-from finesweep.search.budget.plan import SearchPlan, plan_inputs, search_plan, unplanned
-from finesweep.search.budget.second_trial import one_trial_warning
+from finesweep.search.budget.plan import SearchPlan, one_trial_warning, plan_inputs, search_plan, unplanned
 from finesweep.search.inputs import (PreparedSweep, SweepFolder, dequantize_gguf, prepare_data, read_data,
                                      tokenizer_candidates)
 from finesweep.search.outputs.console import Console

@@ -182,7 +182,7 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     from finesweep.search.tuning.callbacks import TrialEndRecorder, budget_end_state, no_evaluation_reason
     from finesweep.search.tuning.ray_cluster import start_ray
     from finesweep.search.tuning.scratch import remove_scratch_left_here
-    from finesweep.search.tuning.trials_share import planned_times
+    from finesweep.search.budget.pace import planned_times
     from finesweep.search.tuning.tuner import TuneSetup, make_tuner, restore_tuner
 
     config, tracker, plan = session.config, session.tracker, session.plan

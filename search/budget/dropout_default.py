@@ -1,16 +1,8 @@
-"""space.dropout auto: no dropout for a fine-tune too short to over-fit, the checkpoint's own otherwise. Pure: no
-model, no Ray.
-
-A budget that shows the model its training split once or twice leaves it under-fitting: dropout then only slows
-its learning, and its steps (masks drawn and applied in every layer). Measured with all-MiniLM-L6-v2 on two tweet
-slices (benchmarks/README.md, "Dropout: a recipe better per step"): 0.45 and 0.8 points more test accuracy after one
-epoch of the Trainer's defaults without dropout, 0.3 after two, each in about 0.85x the time. Recent checkpoints
-ship without it for the same reason (Llama's attention_dropout 0; ModernBERT's rates 0), and single-epoch
-pre-training does better without it (Liu et al., "Drop Dropout on Single-Epoch Language Model Pretraining", 2025).
-Past two passes the model sees its rows again and may over-fit them: the checkpoint's regularisation stays (not
-measured here, so not changed). A budget that pays for more passes than one model trains (the winner's further
-training ends at search.exploit.max_epochs) counts the passes it trains.
-"""
+"""space.dropout auto: no dropout for a fine-tune too short to over-fit, the checkpoint's own otherwise. A budget that
+shows the model its training split once or twice leaves it under-fitting, and dropout only slows its learning and its
+steps (benchmarks/README.md, "Dropout off for a short fine-tune"; recent checkpoints ship without it, Llama's and
+ModernBERT's rates are 0). Past two passes the model sees its rows again and the checkpoint's regularisation stays.
+Pure."""
 
 from __future__ import annotations
 
@@ -21,9 +13,9 @@ from finesweep.spaces import SweepConfig
 from finesweep.spaces.space_config import AUTO_DROPOUT
 
 if TYPE_CHECKING:
-    from finesweep.search.budget.plan import CombinationTimes
+    from finesweep.search.budget.speed import CombinationTimes
 
-# Passes over the training split up to which auto trains without dropout (the measured one and two epochs).
+# Passes over the training split up to which auto trains without dropout (one and two epochs measured).
 NO_DROPOUT_MAX_PASSES = 2.0
 
 

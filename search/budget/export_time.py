@@ -23,19 +23,11 @@ from finesweep.trainer.serving.generate import BATCH_SIZE as GENERATION_BATCH
 from finesweep.trainer.serving.generate import DECODE_REPEATS, DECODE_TOKENS
 
 if TYPE_CHECKING:
-    from finesweep.search.budget.plan import CombinationTimes
+    from finesweep.search.budget.speed import CombinationTimes
 
 # The export's step that scores the references (search.baseline): the baseline trial's checkpoint and a causal LM's
 # untuned base model.
 REFERENCES = "baseline"
-
-
-def export_seconds(config: SweepConfig, combinations: list[CombinationTimes], test_rows: int, seq_len: int,
-                   timed_on_cpu_too: bool = False, thread_ratio: float = 1.0,
-                   export: ExportConfig | None = None) -> float:
-    """The export's estimate: the sum of export_steps'."""
-    return sum(export_steps(config, combinations, test_rows, seq_len, timed_on_cpu_too, thread_ratio,
-                            export).values())
 
 
 def export_steps(config: SweepConfig, combinations: list[CombinationTimes], test_rows: int, seq_len: int,

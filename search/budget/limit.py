@@ -1,18 +1,26 @@
-"""What search.time_limit leaves each phase: the probe's share, the export's estimate and the fixed costs the
-command spends outside the phases, and the search's budget, which is the rest."""
+"""What search.time_limit leaves each phase: the probe's share, the export (kept near a third of what is left), the
+fixed costs the command spends outside the phases, and the search's budget, which is the rest. Pure."""
 
 from __future__ import annotations
 
-from finesweep.search.budget.export_fit import fit_export
+import math
+from typing import Callable
+
 from finesweep.search.budget.measured import (EXIT_SECONDS, EXPORT_ESTIMATE_MARGIN, PROBE_SETTLE_SECONDS,
                                               RAY_START_SECONDS, RECORDS_SECONDS, TRIAL_START_SECONDS)
 from finesweep.search.budget.plan import Allowance, PlanInputs, budget_split, export_estimate
-from finesweep.spaces import SweepConfig, SweepFileError
+from finesweep.spaces import Quantization, SweepConfig, SweepFileError, Task
 from finesweep.spaces.config import ExportConfig
 
-# Under search.time_limit, the probe's share of it: a user who says 10 minutes wants them spent training. On 2 cores
-# the LLM example's LoRA probe alone took 6.8 minutes unbounded (micro-batches 4 to 32 at 5 to 54 s a step).
+# Under search.time_limit, the probe's share of it and the export's at most: a user who says 10 minutes wants them
+# spent training, not measuring.
 PROBE_SHARE = 0.1
+EXPORT_SHARE = 1 / 3
+# Below this many answers the generation scores are too noisy to compare variants by: none then, rather than 1 or 2.
+MIN_ANSWERS = 4
+BITSANDBYTES = {Quantization.int8, Quantization.nf4}
+# What `finesweep run` spends outside the data, the probe, the search's budget and the export (measured.py).
+LIMIT_OVERHEAD_SECONDS = RAY_START_SECONDS + RECORDS_SECONDS + EXIT_SECONDS
 
 
 def probe_seconds(limit: float | None) -> float | None:
@@ -20,15 +28,10 @@ def probe_seconds(limit: float | None) -> float | None:
     return max(PROBE_SHARE * limit - PROBE_SETTLE_SECONDS, 0.0) if limit else None
 
 
-# What `finesweep run` spends outside the data, the probe, the search's budget and the export (measured.py).
-LIMIT_OVERHEAD_SECONDS = RAY_START_SECONDS + RECORDS_SECONDS + EXIT_SECONDS
-
-
 def within_limit(config: SweepConfig, inputs: PlanInputs, limit: float, elapsed: float) -> Allowance:
     """What search.time_limit leaves the search after the `elapsed` seconds (data, probe) and the export's estimate
-    (which does not depend on the search's budget; kept near a third of what is left, search/budget/export_fit.py),
-    with the sentence that says so; a SweepFileError, before anything trains, when that cannot pay for one trial's
-    start and first evaluation."""
+    (which does not depend on the search's budget; fit_export), with the sentence that says so; a SweepFileError,
+    before anything trains, when that cannot pay for one trial's start and first evaluation."""
     left = limit - elapsed
 
     def export_seconds(export: ExportConfig) -> float:
@@ -41,8 +44,7 @@ def within_limit(config: SweepConfig, inputs: PlanInputs, limit: float, elapsed:
     equal_time = config.search.baseline_budget == "equal"
     if equal_time:  # the baseline trains again as long as the export did (equal_time.py), one start more
         search = (search - TRIAL_START_SECONDS) / 2
-    # The cadence the search's own budget divides (search/budget/cadence.py lowers a default one where it must).
-    every = budget_split(config, inputs, max(search, 1.0)).eval_every_steps
+    every = budget_split(config, inputs, max(search, 1.0)).eval_every_steps  # the cadence the search's budget gives
     needed = min(c.start_seconds + c.period_seconds(every) for c in inputs.combinations)
     if search < needed:
         raise SweepFileError(
@@ -60,3 +62,59 @@ def within_limit(config: SweepConfig, inputs: PlanInputs, limit: float, elapsed:
                 f"estimate's error {spare:.0f} s"
                 + (f"; {lighter}" if lighter else ""))
     return Allowance(max(search, 1.0), fitted, division)
+
+
+def fit_export(export: ExportConfig, task: Task, estimate: Callable[[ExportConfig], float], seconds_left: float,
+               cuda: bool) -> tuple[ExportConfig, str | None]:
+    """The export as it will run, and the sentence that says what changed (None: nothing did). Where its `estimate`
+    exceeds EXPORT_SHARE x `seconds_left`: export.quantization auto drops its bitsandbytes variants on a machine
+    without CUDA (slower than full precision on a CPU, never the deploy pick there), then a causal LM's generated
+    answers shrink to what fits (MIN_ANSWERS at least, or none), and if it still does not fit, auto's other variants
+    go too and the answers are fitted again for the full-precision model alone. A list the file writes stands."""
+    auto = export.quantization == "auto"
+    export = export.resolved()
+    cap = EXPORT_SHARE * seconds_left
+    predicted = estimate(export)
+    if predicted <= cap:
+        return export, None
+    changes = []
+    fitted = export
+    if not cuda and auto:
+        kept = [q for q in export.quantization if q not in BITSANDBYTES]
+        if kept and kept != export.quantization:
+            left_out = ", ".join(q.value for q in export.quantization if q in BITSANDBYTES)
+            fitted = fitted.model_copy(update={"quantization": kept})
+            changes.append(f"{left_out} left out of export.quantization auto (bitsandbytes: slower than full "
+                           "precision on a CPU)")
+    answers = export.generation_samples if task == Task.causal_lm else 0
+    fits = _answers_that_fit(fitted, estimate, cap, answers)
+    if auto and fitted.quantization != [Quantization.none] and \
+            estimate(fitted.model_copy(update={"generation_samples": fits})) > cap:
+        dropped = ", ".join(q.value for q in fitted.quantization if q != Quantization.none)
+        fitted = fitted.model_copy(update={"quantization": [Quantization.none]})
+        changes.append(f"{dropped} left out too (the full-precision model alone: `finesweep export SWEEP --quantize "
+                       f"{dropped.replace(', ', ',')}` makes them after the run; naming them in export.quantization "
+                       "keeps them in it)")
+        fits = _answers_that_fit(fitted, estimate, cap, answers)  # one variant answers: more of them fit
+    if fits < answers:
+        fitted = fitted.model_copy(update={"generation_samples": fits})
+        changes.append(f"export.generation_samples {answers} -> {fits}")
+    if not changes:
+        return export, None
+    return fitted, (f"the export, predicted at {predicted:.0f} s, is kept near a third of the {seconds_left:.0f} s "
+                    f"the limit leaves ({estimate(fitted):.0f} s now): " + "; ".join(changes))
+
+
+def _answers_that_fit(export: ExportConfig, estimate: Callable[[ExportConfig], float], cap: float,
+                      answers: int) -> int:
+    """How many of `answers` generated answers keep the export's estimate within `cap` (none below MIN_ANSWERS)."""
+    if not answers:
+        return 0
+
+    def with_answers(count: int) -> float:
+        return estimate(export.model_copy(update={"generation_samples": count}))
+
+    without = with_answers(0)
+    per_answer = (with_answers(answers) - without) / answers
+    fits = min(answers, math.floor((cap - without) / per_answer)) if per_answer > 0 else answers
+    return fits if fits >= MIN_ANSWERS else 0

@@ -1,61 +1,32 @@
-"""The search planned from the probe's measurements, before any trial trains.
-
-From each combination's measured samples/s (training at its micro-batch, and forward-only for evaluation) the plan
-knows what an evaluation period costs: `eval_every_steps` optimizer steps at the space's mean effective batch plus
-one pass over the validation split. It divides the budget between the trials and the winner (winner.py), lays out
-the trials' schedule in their part (schedule.py), then simulates the search (ASHA's rungs and cut-off exactly as
-Ray applies them, trials of random quality, `max_concurrent_trials` at once, the budget) to count the trials that
-can start and evaluate in it, which become num_trials (never raised), so TPE's random start-up is sized for the
-trials that will really run. The simulation also predicts the search's seconds; with the export's estimate
-(export_time.py), the end time printed before the search. Pure: no Ray, no MLflow, no model loaded.
+"""The search planned from the probe's measurements, before any trial trains, in one ordered allocation
+(search_plan): the dropout auto resolves to, the budget divided between the trials and the winner with the trials'
+schedule (winner.py, schedule.py), the export's estimate (export_time.py), and the trials that start and evaluate in
+their part, counted by simulating the search as Ray runs it (simulate.py). The result is the frozen SearchPlan every
+consumer reads. Pure: no Ray, no MLflow, no model loaded.
 """
 
 from __future__ import annotations
 
-import statistics
+import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from finesweep.search.budget.cadence import planned_cadence
 from finesweep.search.budget.dropout_default import resolve_dropout
 from finesweep.search.budget.export_calibration import calibrated
 from finesweep.search.budget.export_calibration import note as calibration_note
 from finesweep.search.budget.export_time import export_steps
-from finesweep.search.budget.measured import (FORWARD_SPEEDUP, RAY_START_SECONDS, SMALL_MODEL_LOAD_SECONDS,
-                                              TRIAL_START_SECONDS)
-from finesweep.search.budget.padding import length_grouped_megabatch, padded_fraction
+from finesweep.search.budget.measured import RAY_START_SECONDS, TRIAL_START_SECONDS
+from finesweep.search.budget.schedule import planned_cadence
 from finesweep.search.budget.simulate import Lane, Simulated, asha_milestones, simulate
+from finesweep.search.budget.speed import CombinationTimes, combination_times
 from finesweep.search.budget.winner import Split, passes_cap_words, unmeasured_share, winner_share
-from finesweep.search.probe.table import ProbeResult, attempt_speed
+from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.config import ExportConfig
 from finesweep.spaces.search_config import SearchConfig
 from finesweep.spaces.grid import grid_trials
 
 SIMULATIONS = 31  # seeded runs of the search; the plan reports their median
-
-
-@dataclass(frozen=True)
-class CombinationTimes:
-    """What one model, precision and method costs per step and per evaluation, as the probe measured it."""
-
-    key: str
-    samples_per_second: float  # training, at the micro-batch the trials use
-    eval_samples_per_second: float
-    seconds_per_step: float  # one optimizer step at the space's mean effective batch
-    seconds_per_evaluation: float  # one pass over the validation split
-    decode_seconds_per_token: float = 0.0  # a causal LM's greedy decoding at batch 1, as the probe measured it
-    weight_bytes: int = 0  # the model's float32 weights, as the probe counted them (0: an older cache's answer)
-    start_seconds: float = TRIAL_START_SECONDS  # from a trial's launch to its first step
-
-    def period_seconds(self, eval_every_steps: int) -> float:
-        """One evaluation period: the steps between two evaluations and the evaluation."""
-        return eval_every_steps * self.seconds_per_step + self.seconds_per_evaluation
-
-    @property
-    def mean_batch(self) -> float:
-        """The space's mean effective batch, in which seconds_per_step is counted."""
-        return self.samples_per_second * self.seconds_per_step
 
 
 @dataclass(frozen=True)
@@ -135,23 +106,21 @@ class SearchPlan:
         """Seconds from the command's start to the end of the export."""
         return self.elapsed_seconds + self.predicted_seconds
 
+    def winner_seconds(self, trials_took: float | None) -> float:
+        """The winner's seconds once the trials ended: the budget less what they took (less than their part where
+        they ended early). `trials_took` None (they ran before a resume, their wall time unknown): its share."""
+        if trials_took is None:
+            return self.exploitation_seconds
+        return max(0.0, self.budget_seconds - trials_took)
+
     def to_dict(self) -> dict[str, Any]:
-        """The record for MLflow (plan.json), summary.json and sweep-state.json; from_dict reads it back (its own
-        fields unrounded, so exactly)."""
-        return {"max_steps": self.max_steps, "requested_max_steps": self.requested_max_steps,
-                "num_trials": self.num_trials, "requested_num_trials": self.requested_num_trials,
-                "eval_every_steps": self.eval_every_steps, "concurrency": self.concurrency, "budget": self.budget,
-                "budget_seconds": self.budget_seconds, "time_limit_seconds": self.time_limit_seconds,
-                "elapsed_seconds": self.elapsed_seconds,
+        """The record for MLflow (plan.json), summary.json and sweep-state.json: its fields, exactly (from_dict reads
+        them back), and what they predict, rounded."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "simulated": vars(self.simulated), "export": self.export.model_dump(mode="json"),
                 "predicted_wall_seconds": round(self.predicted_wall_seconds, 1),
-                "search_seconds": self.search_seconds, "export_seconds": round(self.export_seconds, 1),
-                "export_steps": self.export_steps,
-                "export": self.export.model_dump(mode="json"), "export_calibration": self.export_calibration,
+                "export_seconds": round(self.export_seconds, 1),
                 "exploration_seconds": round(self.search_seconds - self.exploitation_seconds, 1),
-                "exploitation_seconds": self.exploitation_seconds, "exploit_share": self.exploit_share,
-                "equal_time_seconds": self.equal_time_seconds, "auto_dropout": self.auto_dropout,
-                "simulated": vars(self.simulated), "notes": self.notes, "period_seconds": self.period_seconds,
-                "samples_per_evaluation": self.samples_per_evaluation,
                 "combinations": {c.key: {**{name: getattr(c, name) for name in COMBINATION_FIELDS},
                                          "steps_per_trial": self.trial_steps(c),
                                          "trial_seconds": round(self.trial_seconds(c), 1)}
@@ -168,40 +137,7 @@ class SearchPlan:
 
 
 # What to_dict keeps of each combination's times (its key is the record's).
-COMBINATION_FIELDS = ("samples_per_second", "eval_samples_per_second", "seconds_per_step", "seconds_per_evaluation",
-                      "decode_seconds_per_token", "weight_bytes", "start_seconds")
-
-
-def combination_times(probes: dict[str, ProbeResult], effective_batches: list[int], validation_rows: int,
-                      lengths: dict[str, dict[str, float]] | None = None, train_rows: int = 0,
-                      grouped: bool = False) -> list[CombinationTimes]:
-    """Per combination the probe could train, its cost per step (at the space's mean effective batch: the sampler
-    spreads the trials over the listed sizes) and per evaluation. With the data's token `lengths` (percentiles per
-    model) the probe's full-length speeds are scaled to the trials' padded batches (search/budget/padding.py):
-    random ones, or `grouped` by length from the `train_rows` and validation_rows."""
-    mean_batch = statistics.fmean(effective_batches)
-    times = []
-    for key, result in sorted(probes.items()):
-        speed = result.samples_per_second
-        if speed <= 0 or result.too_slow:
-            continue
-        eval_speed = _eval_samples_per_second(result) or FORWARD_SPEEDUP * speed
-        if lengths and result.model in lengths:
-            step_rows = max(result.micro_batch, round(mean_batch))
-            eval_batch = result.eval_batch_size or result.micro_batch  # what a trial evaluates with
-            train_sorted = length_grouped_megabatch(train_rows, step_rows) if grouped and train_rows else None
-            eval_sorted = length_grouped_megabatch(validation_rows, eval_batch) if grouped and validation_rows else None
-            speed /= padded_fraction(lengths[result.model], result.micro_batch, result.seq_len, train_sorted)
-            eval_speed /= padded_fraction(lengths[result.model], eval_batch, result.seq_len, eval_sorted)
-        start = TRIAL_START_SECONDS + max(result.load_seconds - SMALL_MODEL_LOAD_SECONDS, 0.0)
-        times.append(CombinationTimes(key, speed, eval_speed, mean_batch / speed, validation_rows / eval_speed,
-                                      result.decode_seconds_per_token, result.weight_bytes, start))
-    return times
-
-
-def _eval_samples_per_second(result: ProbeResult) -> float:
-    return max((attempt_speed(a) for a in result.attempts if a.get("mode") == "eval" and not a.get("error")),
-               default=0.0)
+COMBINATION_FIELDS = tuple(f.name for f in fields(CombinationTimes) if f.name != "key")
 
 
 @dataclass(frozen=True)
@@ -271,13 +207,6 @@ def budget_split(config: SweepConfig, inputs: PlanInputs, seconds: float | None)
     return winner_share(config.search, seconds, inputs.combinations, inputs.train_rows, config.data.task,
                         config.space.effective_batch_size, inputs.concurrency,
                         continues=config.resources.workers_per_trial == 1)
-
-
-def plan_search(config: SweepConfig, probes: dict[str, ProbeResult], **measured: Any) -> SearchPlan | None:
-    """The plan for this sweep from the probe's answers (plan_inputs' arguments); None when the probe measured no
-    combination that trains."""
-    inputs = plan_inputs(config, probes, **measured)
-    return search_plan(config, inputs) if inputs else None
 
 
 def search_plan(config: SweepConfig, inputs: PlanInputs, allowance: Allowance | None = None) -> SearchPlan:
@@ -410,3 +339,44 @@ def recorded_plan(record: dict[str, Any], config: SweepConfig) -> SearchPlan:
                    period_seconds=record.get("period_seconds"), export_steps=record.get("export_steps") or {},
                    export_calibration=record.get("export_calibration") or {},
                    exploitation_seconds=record.get("exploitation_seconds", 0.0))
+
+
+# The search budgets tried for a second trial where the plan starts one: the planned one times GROWTH^k, up to
+# MAX_FACTOR.
+GROWTH, MAX_FACTOR = 1.1, 16.0
+
+
+def one_trial_warning(config: SweepConfig, inputs: PlanInputs, plan: SearchPlan) -> str | None:
+    """The warning for a time-budgeted plan that starts one trial where the file asks for more, which searches
+    nothing (None otherwise): what that one trial is, and about how many more seconds a second trial needs."""
+    search = config.search
+    if plan.num_trials != 1 or search.num_trials < 2 or not search.fit_to_budget or not plan.budget_seconds:
+        return None
+    alone = (", the baseline's (search.baseline), so the search compares nothing and the export is the recipe a user "
+             "would run, trained further" if search.baseline != "off" else
+             ", the space's centre, so the search compares nothing")
+    needed = second_trial_budget(config, inputs, plan)
+    more = (f"About {needed - plan.budget_seconds:.0f} s more for the search (search.time_budget_minutes "
+            f"{needed / 60:.3g}, or a time limit that much longer) pays for a second trial"
+            if needed else f"Not even {MAX_FACTOR:g} times this budget pays for a second trial here")
+    if plan.exploit_share:
+        more += (", and so may a smaller share for the winner's further training (search.exploit.share, now "
+                 f"{plan.exploit_share:.2f})")
+    return f"the budget pays for one trial{alone}. {more}."
+
+
+def second_trial_budget(config: SweepConfig, inputs: PlanInputs, plan: SearchPlan) -> float | None:
+    """The least search budget (seconds) of the plan's x GROWTH^k that the plan starts two trials in (None: not
+    even MAX_FACTOR times the budget): a bisection over k, as more budget starts no fewer trials."""
+    seconds = plan.budget_seconds
+
+    def starts_two(k: int) -> bool:
+        return search_plan(config, inputs, Allowance(seconds * GROWTH ** k, plan.export)).num_trials >= 2
+
+    low, high = 0, math.floor(math.log(MAX_FACTOR) / math.log(GROWTH))
+    if not starts_two(high):
+        return None
+    while high - low > 1:  # starts_two(high) holds, starts_two(low) does not
+        middle = (low + high) // 2
+        low, high = (low, middle) if starts_two(middle) else (middle, high)
+    return seconds * GROWTH ** high

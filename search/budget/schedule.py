@@ -1,26 +1,49 @@
-"""How long the trials train and how often they evaluate: the trials' schedule in their part of the budget.
+"""How often the trials evaluate and how long they train, in their part of the budget.
 
 With a time budget that cannot pay for every combination's `max_steps`, the trials are allotted time, not steps
 (Hyperband's allocation in seconds): every evaluation period lasts what the fastest combination's does, a slower
-combination trains fewer samples in it, and a trial has as many periods as fit in the budget after its start
-(stretched to fill it but a margin), so whichever trial starts first trains to its full length and its
-learning-rate schedule ends inside the budget (a trial the budget cuts ends at its peak rate, undertrained), and
-ASHA compares trials at equal seconds. A step budget shortens the trials to what it pays for. Pure.
+combination trains fewer samples in it, and a trial has as many periods as fit after its start, stretched to fill
+its room but a margin, so a trial started first ends its learning-rate schedule inside the budget (one the budget
+cuts ends at its peak rate, undertrained) and ASHA compares trials at equal seconds. Pure.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from finesweep.search.budget.measured import BUDGET_MARGIN
-from finesweep.spaces.search_config import SearchConfig
+from finesweep.spaces.search_config import AUTO_EVAL_EVERY_STEPS, SearchConfig
 
 if TYPE_CHECKING:
-    from finesweep.search.budget.plan import CombinationTimes
+    from finesweep.search.budget.speed import CombinationTimes
 
 TRIALS_COMPARED = 2  # the fewest trials a time budget's plan leaves room for: a search compares (see trial_room)
+
+
+def planned_cadence(every: int | Literal["auto"], max_steps: int, trials_seconds: float | None,
+                    combinations: list[CombinationTimes]) -> tuple[int, list[str]]:
+    """search.eval_every_steps (`every`) with auto resolved: AUTO_EVAL_EVERY_STEPS (`max_steps` at most), lowered
+    where a trial of the slowest combination would not evaluate twice in the trials' `trials_seconds` (ASHA and the
+    winner's pick compare evaluations); and the plan's notes. A number the file writes stands."""
+    if every != "auto":
+        return every, []
+    every = min(AUTO_EVAL_EVERY_STEPS, max_steps)
+    if not trials_seconds or not combinations:
+        return every, []
+    start = max(c.start_seconds for c in combinations)
+    slowest = max(combinations, key=lambda c: c.period_seconds(every))
+    if start + 2 * slowest.period_seconds(every) <= trials_seconds or slowest.seconds_per_step <= 0:
+        return every, []
+    room = (trials_seconds - start) / 2 - slowest.seconds_per_evaluation
+    fits = max(1, math.floor(room / slowest.seconds_per_step))
+    if fits >= every:
+        return every, []
+    return fits, [f"search.eval_every_steps auto -> {fits}: at {every} steps ({slowest.period_seconds(every):.0f} s "
+                  f"with its evaluation) a trial of {slowest.key} would not evaluate twice in the trials' "
+                  f"{trials_seconds:.0f} s"]
 
 
 @dataclass
@@ -34,11 +57,10 @@ class Schedule:
 
 def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_every_steps: int,
                      time_budget: float | None, step_budget: int | None, concurrency: int) -> Schedule:
-    """The trials' length. The file's max_steps when the budget pays for it with every combination; under a time
+    """The trials' length: the file's max_steps where the budget pays for it with every combination; under a time
     budget that does not, periods of the fastest combination's length (at least twice the longest evaluation, so
-    no combination spends more than half its time evaluating), as many as a trial started first fits after its
-    start in its room (trial_room: the budget, or half of it with one trial at a time), stretched to fill that room
-    (see _stretched); under a step budget, at most the steps it pays for."""
+    none spends more than half its time evaluating), as many as a trial started first fits after its start in its
+    room (trial_room), stretched to fill it (_stretched); under a step budget, at most the steps it pays for."""
     evaluations = max_steps // eval_every_steps
     schedule = Schedule(evaluations)
     if time_budget is not None:
@@ -79,10 +101,9 @@ def planned_schedule(combinations: list[CombinationTimes], max_steps: int, eval_
 
 def trial_room(time_budget: float, concurrency: int) -> tuple[float, str]:
     """The seconds a trial started first may take of the trials' `time_budget`, and the words for it ("" where it
-    is the whole budget). A search compares at least TRIALS_COMPARED trials: with that many at once (the tweets
-    example's two) a trial may take the whole budget while the others start beside it; with one at a time, a trial
-    that filled the budget was the only one (the baseline, which ASHA never stops: the LLM file of
-    benchmarks/llm-time-limit/ searched nothing at a budget of any length up to 60 minutes), so it takes its share."""
+    is the whole budget). A search compares at least TRIALS_COMPARED trials: with that many at once a trial may
+    take the whole budget while the others run beside it; with one at a time, a trial that filled the budget would
+    be the only one (the baseline, which ASHA never stops), so it takes its share."""
     if concurrency >= TRIALS_COMPARED:
         return time_budget, ""
     share = concurrency / TRIALS_COMPARED
@@ -112,9 +133,8 @@ def samples_per_evaluation(combinations: list[CombinationTimes], period: float, 
 def trials_schedule(combinations: list[CombinationTimes], search: SearchConfig, eval_every_steps: int,
                     trials_seconds: float | None, effective_batches: list[int],
                     concurrency: int) -> tuple[Schedule, dict[str, int]]:
-    """The trials' schedule in their `trials_seconds` (None: no time budget), every `eval_every_steps` steps, and the
-    samples each combination trains per evaluation where they are allotted time (empty where every trial trains
-    search.max_steps). `search` is read, never written."""
+    """The trials' schedule in their `trials_seconds` (None: no time budget), and the samples each combination
+    trains per evaluation where they are allotted time (empty where every trial trains search.max_steps)."""
     schedule = Schedule(search.max_steps // eval_every_steps)
     if search.fit_to_budget:
         schedule = planned_schedule(combinations, search.max_steps, eval_every_steps, trials_seconds,

@@ -1,6 +1,5 @@
-"""How much of a time budget the search's winner trains further (search.exploit.share), decided in one place:
-`winner_share` applies the rules below in order, each of which may only lower the share the one before gave.
-Pure: no model, no Ray."""
+"""How much of a time budget the search's winner trains further (search.exploit.share), decided in one function:
+`winner_share` applies the rules below in order, each of which may only lower the share the one before gave. Pure."""
 
 from __future__ import annotations
 
@@ -8,25 +7,22 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from finesweep.search.budget.cadence import planned_cadence
-from finesweep.search.budget.schedule import fewest_trial_samples, trials_schedule
+from finesweep.search.budget.schedule import fewest_trial_samples, planned_cadence, trials_schedule
 from finesweep.spaces.search_config import AUTO_MAX_PASSES, AUTO_MIN_PASSES, AUTO_MIN_SAMPLES, AUTO_SHARE_UNPLANNED
 from finesweep.spaces.sections import Task
 
 if TYPE_CHECKING:
-    from finesweep.search.budget.plan import CombinationTimes
     from finesweep.search.budget.schedule import Schedule
+    from finesweep.search.budget.speed import CombinationTimes
     from finesweep.spaces.search_config import SearchConfig
 
-# The winner's share at few and at many passes over the training split.
+# auto's share at or below the first number of passes over the training split, and at or above the second (BERT's
+# fine-tuning grid ends at 4 epochs, past which more training buys little); linear between.
 AUTO_SHARE_FEW_PASSES, AUTO_SHARE_MANY_PASSES = 0.75, AUTO_SHARE_UNPLANNED
-AUTO_SHARE_PASSES = (1.0, 4.0)  # at or below the first, the first share; at or above the second, the second
-# The trials' part of the budget holds this many times what a trial of the slowest candidate takes to start and
-# reach its first evaluation (the LLM example's first trials, planned at 53 s, had not evaluated when their 50 s
-# ended: no trial reported, nothing was exported).
+AUTO_SHARE_PASSES = (1.0, 4.0)
+# The room a share leaves, in times the need it is sized for: a first evaluation's (the trials' part) and a capped
+# winner's training (its evaluations, a slower start, a speed measured on a busier machine).
 FIRST_EVALUATION_ROOM = 1.5
-# The winner's share holds this many times what its further training to search.exploit.max_epochs takes at the
-# slowest candidate's trial speed (its evaluations, a slower start, a speed measured on a busier machine).
 CAPPED_WINNER_ROOM = 1.5
 
 
@@ -53,15 +49,12 @@ class Split:
 
 def winner_share(search: SearchConfig, budget: float | None, combinations: list[CombinationTimes], train_rows: int,
                  task: Task, effective_batches: list[int], concurrency: int, continues: bool = True) -> Split:
-    """The winner's share of the search's time budget, in order: the file's share, or auto's from the passes the
-    budget pays for (auto_share); the trials' cadence at that share (cadence.planned_cadence); lowered so that a trial
-    of the slowest candidate starts and evaluates once (leaving_a_first_evaluation); with the trials' schedule at
-    that share, none where every trial already makes the winner's passes (sparing_a_capped_winner), else lowered to
-    what the winner's passes need (sizing_a_capped_winner); the trials' schedule again where the share fell.
-    `budget`: the search's seconds (None: no time budget; the share is then the file's, auto's fixed fallback, and
-    buys no seconds). `continues`: whether the winner can train further at all (single-process trials: a
-    data-parallel trial's workers are started by Ray Train, which a continuation does not drive); if not, no share.
-    `search` is read, never written."""
+    """The winner's share of the search's `budget` seconds, in order: the file's share, or auto's from the passes
+    the budget pays for (auto_share); the trials' cadence at that share; lowered so that a trial of the slowest
+    candidate starts and evaluates once (leaving_a_first_evaluation); with the trials' schedule at that share,
+    lowered to what a winner whose training ends at search.exploit.max_epochs can use (capped_winner); the
+    schedule again where it fell. `budget` None: the file's share or auto's fixed one, which buys no seconds.
+    `continues` False (data-parallel trials, whose workers a continuation does not drive): no share."""
     if not continues:
         share, words = 0.0, ""
     elif search.exploit.share == "auto" and budget:
@@ -80,18 +73,15 @@ def winner_share(search: SearchConfig, budget: float | None, combinations: list[
                                concurrency)
 
     schedule, per_evaluation = schedule_at(share)
-    fewest = fewest_trial_samples(schedule, per_evaluation, every, min(effective_batches))
     epochs = search.exploit.passes(train_rows, task)
-    growing = bool(budget and epochs and train_rows > 0 and search.exploit.start == "checkpoint")
-    spared, sized = "", ""
-    if growing:
-        share, spared = sparing_a_capped_winner(share, fewest, train_rows, epochs)
-    if growing and not spared:
+    spared = ""
+    if budget and epochs and train_rows > 0 and search.exploit.start == "checkpoint" and share > 0:
+        fewest = fewest_trial_samples(schedule, per_evaluation, every, min(effective_batches))
         slowest = min(combinations, key=lambda c: c.samples_per_second)
-        share, sized = sizing_a_capped_winner(budget, share, fewest, train_rows, epochs, slowest)
-        words += sized
-    if spared or sized:  # the trials' part grew: longer trials, perhaps more of them
-        schedule, per_evaluation = schedule_at(share)
+        capped, sized, spared = capped_winner(budget, share, fewest, train_rows, epochs, slowest)
+        if capped < share:  # the trials' part grew: longer trials, perhaps more of them
+            share, words = capped, words + sized
+            schedule, per_evaluation = schedule_at(share)
     return Split(share, every, schedule, per_evaluation, cadence_notes, words, spared)
 
 
@@ -106,15 +96,9 @@ def _trials_seconds(budget: float | None, share: float) -> float | None:
 
 
 def auto_share(combinations: list[CombinationTimes], budget_seconds: float, train_rows: int) -> tuple[float, str]:
-    """search.exploit.share auto: the winner's share of a time budget from the passes over the training split the
-    budget pays for, and the words that say so. A budget of one pass or fewer goes mostly to the winner: its model
-    has not seen the data once, and more training is worth more than a finer comparison of recipes; from four passes
-    on (BERT's fine-tuning grid ends at 4 epochs, past which more training buys little) the search keeps its default
-    share.
-
-    The passes are one trial's of the slowest candidate (the winner may be any of them), at the speed the probe
-    measured for a trial: the combinations' mean speed times the trials at once over-counts what one model trains
-    (the probe times the largest micro-batch, and two cores train less than twice one)."""
+    """search.exploit.share auto, and the words that say so: a budget of one pass over the training split or fewer
+    goes mostly to the winner (its model has not seen the data once: more training is worth more than a finer
+    comparison of recipes); from AUTO_SHARE_PASSES' upper end on, the search keeps the default share."""
     passes = budget_passes(combinations, budget_seconds, train_rows)
     if passes is None:
         return AUTO_SHARE_UNPLANNED, " (auto: no training speed measured)"
@@ -126,8 +110,8 @@ def auto_share(combinations: list[CombinationTimes], budget_seconds: float, trai
 
 
 def budget_passes(combinations: list[CombinationTimes], budget_seconds: float, train_rows: int) -> float | None:
-    """Passes over the training split that `budget_seconds` pay for at the slowest candidate's trial speed (see
-    auto_share); None without a measured speed or rows."""
+    """Passes over the training split that `budget_seconds` pay for at the slowest candidate's measured trial speed
+    (the winner may be any; trials at once do not add up to one model's speed); None without a speed or rows."""
     speed = min((c.samples_per_second for c in combinations), default=0.0)
     if train_rows < 1 or speed <= 0:
         return None
@@ -135,9 +119,9 @@ def budget_passes(combinations: list[CombinationTimes], budget_seconds: float, t
 
 
 def leaving_a_first_evaluation(budget: float, share: float, first_evaluation_seconds: float) -> tuple[float, str]:
-    """The share (auto's or the file's) lowered where the trials' part of the `budget` seconds would end before a
-    trial of the slowest candidate has started and evaluated once: trials that report nothing leave no winner to
-    train further and nothing to export. The words say so (empty where the share stands)."""
+    """The share lowered where the trials' part of the `budget` would end before a trial of the slowest candidate
+    has started and evaluated once (trials that report nothing leave no winner to train further and nothing to
+    export); the words say so (empty where the share stands)."""
     needed = FIRST_EVALUATION_ROOM * first_evaluation_seconds
     if budget * (1 - share) >= needed or share <= 0:
         return share, ""
@@ -146,39 +130,30 @@ def leaving_a_first_evaluation(budget: float, share: float, first_evaluation_sec
                      f"({needed:.0f} s)")
 
 
-def sparing_a_capped_winner(share: float, fewest_trial_samples: int, train_rows: int,
-                            epochs: float) -> tuple[float, str]:
-    """No share for the winner where every trial, run to its planned end, has made the `epochs` passes over the
-    training split at which the winner's further training ends (search.exploit.max_epochs): it would end where it
-    starts, so its seconds go to the trials (a small data set). The words say so (empty where the share stands)."""
+def capped_winner(budget: float, share: float, fewest_trial_samples: int, train_rows: int, epochs: float,
+                  slowest: CombinationTimes) -> tuple[float, str, str]:
+    """The share a winner whose training ends at `epochs` passes over the training split can use: none where every
+    trial, run to its planned end, has made them already (the seconds go to the trials: a small data set); else
+    what the samples from the shortest trial to the passes take at the slowest candidate's speed, with
+    CAPPED_WINNER_ROOM and a trial's start. Returns the share, the words appended where it was lowered, and the
+    note where none is left ("" where the share stands)."""
     passes = fewest_trial_samples / train_rows
-    if share <= 0 or passes < epochs:
-        return share, ""
-    return 0.0, (f"search.exploit.share {share:.2f} -> 0: every trial trains {fewest_trial_samples:,} samples or more "
-                 f"({passes:.1f} passes over the {train_rows:,} training rows), past the {epochs:g} passes at which "
-                 "the winner's further training ends (search.exploit.max_epochs), so the trials take the whole budget")
-
-
-def sizing_a_capped_winner(budget: float, share: float, fewest_trial_samples: int, train_rows: int, epochs: float,
-                           slowest: CombinationTimes) -> tuple[float, str]:
-    """The winner's share lowered to what its further training can use: it ends at `epochs` passes over the
-    training split, so on a small data set a share sized by the budget's passes (auto_share) is mostly left unspent
-    while the trials, short of time, compare fewer recipes. The need: the samples from the shortest trial of the
-    space to the passes, at the slowest candidate's
-    trial speed, with CAPPED_WINNER_ROOM, and a trial's start. The baseline's trial (one pass at most) is not
-    counted: where it wins, its further training may stop short of the passes, the price of the trials the seconds
-    buy. The words say so (empty where the share stands)."""
-    if share <= 0 or slowest.samples_per_second <= 0:
-        return share, ""
+    if passes >= epochs:
+        return 0.0, "", (f"search.exploit.share {share:.2f} -> 0: every trial trains {fewest_trial_samples:,} samples "
+                         f"or more ({passes:.1f} passes over the {train_rows:,} training rows), past the {epochs:g} "
+                         "passes at which the winner's further training ends (search.exploit.max_epochs), so the "
+                         "trials take the whole budget")
+    if slowest.samples_per_second <= 0:
+        return share, "", ""
     remaining = max(round(epochs * train_rows) - fewest_trial_samples, 0)
     needed = CAPPED_WINNER_ROOM * remaining / slowest.samples_per_second + slowest.start_seconds
     sized = math.ceil(100 * needed / budget) / 100
     if sized >= share:
-        return share, ""
+        return share, "", ""
     return sized, (f"; lowered from {share:.2f}: the winner's further training ends at {epochs:g} passes over the "
                    f"{train_rows:,} training rows (search.exploit.max_epochs), {remaining:,} samples past the shortest "
                    f"trial's {fewest_trial_samples:,}, about {needed:.0f} s at the slowest candidate's speed with "
-                   "room; the trials take the rest")
+                   "room; the trials take the rest"), ""
 
 
 def passes_cap_words(search: SearchConfig, train_rows: int, task: Task) -> str:

@@ -18,8 +18,8 @@ from finesweep.search.selection.best import SINCE_BEST
 from finesweep.search.tracking.client import Tracker
 from finesweep.search.tracking.tags import END_STATE_TAG, ERROR_TAG
 from finesweep.search.tuning.context import TrialContext
-from finesweep.search.tuning.trials_share import (CUT_BY_SHARE, ShareState, TrialTimes, mean_pace, measured_pace,
-                                                  next_period)
+from finesweep.search.budget.pace import TrialTimes, mean_pace, measured_pace, next_period
+from finesweep.search.tuning.trials_share import CUT_BY_SHARE, ShareState
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.files import write_json_atomic
 from finesweep.spaces.space import BASELINE_KEY

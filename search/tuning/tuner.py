@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from finesweep.search.budget.pace import TrialTimes
 from finesweep.search.budget.plan import SearchPlan
 from finesweep.search.selection.best import BEST_SO_FAR, CHECKPOINT_SCORE, search_trial_name
 from finesweep.search.tuning.callbacks import STEP_LEDGER, PlateauStopper, StepBudgetStopper, TrialsShareStopper
@@ -16,7 +17,7 @@ from finesweep.search.tuning.ray_cluster import tune_environment
 from finesweep.search.tuning.recovery import recover_lost_checkpoints, set_aside_cut_state, unregistered_checkpoints
 from finesweep.search.tuning.samplers import make_scheduler, make_searcher
 from finesweep.search.tuning.trainable import run_trial
-from finesweep.search.tuning.trials_share import SHARE_LEDGER, TrialStartGate, TrialTimes
+from finesweep.search.tuning.trials_share import SHARE_LEDGER, TrialStartGate
 from finesweep.spaces import SweepConfig
 
 

@@ -7,6 +7,7 @@ import pytest
 from finesweep.search.budget import plan as planning
 from finesweep.search.budget.dropout_default import NO_DROPOUT_MAX_PASSES, planned_passes, resolve_dropout
 from finesweep.spaces import SweepConfig
+from tests.search.budget.planning import plan_search
 from tests.search.budget.test_plan import probe
 
 
@@ -23,7 +24,7 @@ PROBES = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.
 
 
 def _planned(config: SweepConfig, train_rows: int):
-    return planning.plan_search(config, PROBES, validation_rows=80, test_rows=40, seq_len=64, concurrency=2,
+    return plan_search(config, PROBES, validation_rows=80, test_rows=40, seq_len=64, concurrency=2,
                                 train_rows=train_rows)
 
 

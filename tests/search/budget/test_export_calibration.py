@@ -11,6 +11,7 @@ import pytest
 from finesweep.search.budget import export_calibration as calibration
 from finesweep.search.budget.plan import SearchPlan, unplanned
 from finesweep.spaces import SweepConfig
+from tests.search.budget.planning import plan_search
 
 DEVICE = ["cpu", "AMD EPYC [avx2]", 24 * 2**30]
 
@@ -88,7 +89,7 @@ def test_the_plan_multiplies_the_measured_steps_and_says_so():
 
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
     rules = make_plan(plan_config(), probes)
-    corrected = planning.plan_search(plan_config(), probes, validation_rows=80, test_rows=40, seq_len=64,
+    corrected = plan_search(plan_config(), probes, validation_rows=80, test_rows=40, seq_len=64,
                                      concurrency=2, export_calibration={"key": "k", "ratios": {"int8": 0.5,
                                                                                                "onnx-int8": 3.0}})
     assert corrected.export_steps == pytest.approx({**rules.export_steps, "int8": rules.export_steps["int8"] / 2})

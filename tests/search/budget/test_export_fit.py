@@ -1,8 +1,8 @@
-"""Under a time limit the export is kept near a third of what the limit leaves (search/budget/export_fit.py)."""
+"""Under a time limit the export is kept near a third of what the limit leaves (search/budget/limit.py)."""
 
 from __future__ import annotations
 
-from finesweep.search.budget.export_fit import fit_export
+from finesweep.search.budget.limit import fit_export
 from finesweep.spaces import SweepConfig, Task
 from finesweep.spaces.config import ExportConfig
 

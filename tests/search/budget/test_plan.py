@@ -11,16 +11,17 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from finesweep.search.budget import export_time
+from finesweep.search.budget import export_time, measured
 from finesweep.search.budget import plan as planning
-from finesweep.search.budget.padding import ANCHORS, length_grouped_megabatch, padded_fraction
 from finesweep.search.budget.plan import CombinationTimes, Lane, asha_milestones, simulate
+from finesweep.search.budget.speed import ANCHORS, length_grouped_megabatch, padded_fraction
 from finesweep.search.budget.schedule import BUDGET_MARGIN, planned_schedule
 from finesweep.search.probe.table import ProbeResult
 from finesweep.search.tuning import ray_compat
 from finesweep.spaces import Quantization, SweepConfig, Task, parse_duration
 from finesweep.trainer.data.lengths import percentiles
 from finesweep.trainer.serving.evaluate import SPEED_SECONDS, WARM_UP_ROWS
+from tests.search.budget.planning import export_seconds, plan_search
 
 START = planning.TRIAL_START_SECONDS
 
@@ -172,7 +173,7 @@ def test_a_plan_with_one_trial_at_a_time_starts_more_than_the_baseline():
     config = _config(time_budget_minutes=5, num_trials=10, max_steps=2000, exploit={"share": 0})
 
     def plan(concurrency: int):
-        return planning.plan_search(config, probes, validation_rows=80, test_rows=40, seq_len=64,
+        return plan_search(config, probes, validation_rows=80, test_rows=40, seq_len=64,
                                     concurrency=concurrency)
 
     one, two = plan(1), plan(2)
@@ -290,7 +291,7 @@ def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passe
     assert config.search.exploit.share == "auto"
 
     def planned(train_rows: int):
-        return planning.plan_search(config, probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2,
+        return plan_search(config, probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2,
                                     train_rows=train_rows)
 
     few, many, between = planned(7_200), planned(1_800), planned(2_880)  # 1, 4 and 2.5 passes
@@ -312,12 +313,12 @@ def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passe
                for note in few.notes)
     assert not any("max_epochs" in note for note in planned(0).notes), "no rows known: no passes to name"
     assert few.trials_seconds == pytest.approx(75) and config.search.exploit.share == "auto", "the file as written"
-    fixed = planning.plan_search(_config(time_budget_minutes=5, exploit={"share": 0.2}), probes, validation_rows=80,
+    fixed = plan_search(_config(time_budget_minutes=5, exploit={"share": 0.2}), probes, validation_rows=80,
                                  test_rows=40, seq_len=64, concurrency=2, train_rows=21_600)
     assert fixed.exploit_share == 0.2, "a share the file sets is kept"
 
     def file_share(train_rows: int, **exploit):
-        return planning.plan_search(_config(time_budget_minutes=5, exploit={"share": 0.2, "max_epochs": 2, **exploit}),
+        return plan_search(_config(time_budget_minutes=5, exploit={"share": 0.2, "max_epochs": 2, **exploit}),
                                     probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2,
                                     train_rows=train_rows).exploit_share
     assert file_share(600) == 0.0, "...but not where the trials make the winner's passes themselves"
@@ -332,7 +333,7 @@ def test_a_winner_that_ends_at_its_passes_long_before_its_share_gives_the_rest_t
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
 
     def planned(train_rows: int, **exploit):
-        return planning.plan_search(_config(time_budget_minutes=5, num_trials=50, max_steps=2000, eval_every_steps=10,
+        return plan_search(_config(time_budget_minutes=5, num_trials=50, max_steps=2000, eval_every_steps=10,
                                             exploit={"max_epochs": 2, **exploit}), probes, validation_rows=80,
                                     test_rows=40, seq_len=64, concurrency=2, train_rows=train_rows)
 
@@ -415,7 +416,7 @@ def test_the_baseline_keeps_to_the_seconds_its_periods_are_allotted_by_its_own_c
 
 def test_eval_speed_not_measured_is_taken_as_a_forward_pass_faster_than_training():
     plan = _plan(_config(), {"big": probe("big", "fp32", 24.0, eval_per_second=None)})
-    assert plan.combinations[0].eval_samples_per_second == pytest.approx(planning.FORWARD_SPEEDUP * 24.0)
+    assert plan.combinations[0].eval_samples_per_second == pytest.approx(measured.FORWARD_SPEEDUP * 24.0)
 
 
 def test_nothing_measured_gives_no_plan():
@@ -429,7 +430,7 @@ def test_a_batch_padded_to_its_longest_row_is_timed_at_that_length_not_the_probe
     assert padded_fraction(lengths, 99, 64) == pytest.approx(60 / 64)
     assert padded_fraction(lengths, 1000, 64) == 1.0  # rows past seq_len are truncated to it
     plain = _plan(_config(), {"big": probe("big", "fp32", 24.0)}).combinations[0]
-    padded = planning.plan_search(_config(), {"big": probe("big", "fp32", 24.0)}, validation_rows=80, test_rows=40,
+    padded = plan_search(_config(), {"big": probe("big", "fp32", 24.0)}, validation_rows=80, test_rows=40,
                                   seq_len=64, concurrency=2, lengths={"big": lengths}).combinations[0]
     fraction = padded_fraction(lengths, 8, 64)  # the probe's micro-batch
     assert padded.samples_per_second == pytest.approx(plain.samples_per_second / fraction)
@@ -458,7 +459,7 @@ def test_batches_grouped_by_length_pad_to_the_mean_length_and_the_plan_counts_on
     def plan(group_by_length: bool):
         config = _config()
         config = config.model_copy(update={"data": config.data.model_copy(update={"group_by_length": group_by_length})})
-        return planning.plan_search(config, {"big": probe("big", "fp32", 24.0)}, validation_rows=80, test_rows=40,
+        return plan_search(config, {"big": probe("big", "fp32", 24.0)}, validation_rows=80, test_rows=40,
                                     seq_len=64, concurrency=2, lengths={"big": stats},
                                     train_rows=20_000).combinations[0]
 
@@ -474,7 +475,7 @@ def test_a_causal_lms_export_adds_its_generations_token_by_token():
         config = config.model_copy(update={
             "data": config.data.model_copy(update={"task": Task.causal_lm}),
             "export": config.export.model_copy(update={"generation_samples": samples})})
-        return export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
+        return export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
 
     # 16 answers of 32 new tokens in one batch: 32 steps of 16 rows, a row's step DECODE_TOKEN_COST tokens of a
     # forward pass at 1 row/s of 64 tokens and each more row 0.15 of it; once in full precision, once at int8's
@@ -498,7 +499,7 @@ def test_a_gguf_variant_adds_its_making_by_the_weights_and_its_answers_one_at_a_
             **config.export.model_dump(mode="json"), "quantization": quantization, "generation_samples": samples}})
         combination = replace(times("big|fp32|full", 1.0, 1.0), decode_seconds_per_token=0.04,
                               weight_bytes=weight_bytes)
-        return export_time.export_seconds(config, [combination], test_rows=40, seq_len=64)
+        return export_seconds(config, [combination], test_rows=40, seq_len=64)
 
     per_pass = export_time.pass_seconds([CombinationTimes("m", 1, 1, 1, 1, weight_bytes=540_000_000)])
     variant_alone = export(["gguf-q4_k_m"], 0) - export(["none"], 0)
@@ -516,9 +517,9 @@ def test_the_probes_measured_decoding_prices_the_answers_the_slowest_fp32_candid
                                        "export": config.export.model_copy(update={"quantization": []})})
 
     def answers_cost(*combinations: CombinationTimes) -> float:
-        with_answers = export_time.export_seconds(config, list(combinations), test_rows=40, seq_len=64)
+        with_answers = export_seconds(config, list(combinations), test_rows=40, seq_len=64)
         none = config.model_copy(update={"export": config.export.model_copy(update={"generation_samples": 0})})
-        return with_answers - export_time.export_seconds(none, list(combinations), test_rows=40, seq_len=64)
+        return with_answers - export_seconds(none, list(combinations), test_rows=40, seq_len=64)
 
     def measured(key: str, decode: float) -> CombinationTimes:
         return replace(times(key, 1.0, 1.0), decode_seconds_per_token=decode)
@@ -536,8 +537,8 @@ def test_the_probes_measured_decoding_prices_the_answers_the_slowest_fp32_candid
 
 def test_an_export_on_a_gpu_machine_counts_the_cpu_timing_pass_of_every_variant():
     config = _config()  # full precision and int8
-    on_cpu = export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
-    on_gpu = export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64, timed_on_cpu_too=True)
+    on_cpu = export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
+    on_gpu = export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64, timed_on_cpu_too=True)
     assert on_gpu - on_cpu == pytest.approx(2 * export_time.CPU_TIMING_SECONDS)
 
 
@@ -558,7 +559,7 @@ def test_the_baseline_adds_one_test_pass_to_the_export_and_a_causal_lms_untuned_
         config = _config(baseline=baseline)
         config = config.model_copy(update={"data": config.data.model_copy(update={"task": Task(task)}),
                                            "export": config.export.model_copy(update={"generation_samples": 0})})
-        return export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
+        return export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64)
 
     one_pass = export_time.EXPORT_FIXED_SECONDS + (40 + WARM_UP_ROWS) / 1.0
     assert export("classification", "auto") - export("classification", "off") == pytest.approx(one_pass)
@@ -573,7 +574,7 @@ def test_each_export_pass_costs_more_for_a_larger_model_as_the_probe_counted_its
     def export(*weight_bytes: int) -> float:
         combinations = [CombinationTimes(f"m{i}|fp32|full", 1.0, 1.0, 1.0, 1.0, weight_bytes=size)
                         for i, size in enumerate(weight_bytes)]
-        return export_time.export_seconds(config, combinations, test_rows=40, seq_len=64)
+        return export_seconds(config, combinations, test_rows=40, seq_len=64)
 
     small, large = 90_000_000, 540_000_000
     assert export(small, large) == export(large) > export(small)
@@ -613,8 +614,8 @@ def test_a_cpu_export_scores_the_test_split_with_every_core_where_the_probe_time
     config = _config()  # full precision and int8
 
     def scoring(ratio: float) -> float:
-        fixed = export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=0, seq_len=64, thread_ratio=ratio)
-        return export_time.export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64,
+        fixed = export_seconds(config, [times("a", 1.0, 1.0)], test_rows=0, seq_len=64, thread_ratio=ratio)
+        return export_seconds(config, [times("a", 1.0, 1.0)], test_rows=40, seq_len=64,
                                        thread_ratio=ratio) - fixed
 
     assert scoring(2.0) == pytest.approx(scoring(1.0) / 2)
@@ -705,7 +706,7 @@ def test_the_export_scores_at_full_precisions_measured_speed_where_the_probe_tim
 
     def scoring(*combinations: CombinationTimes) -> float:
         def export(rows: int) -> float:
-            return export_time.export_seconds(config, list(combinations), test_rows=rows, seq_len=64)
+            return export_seconds(config, list(combinations), test_rows=rows, seq_len=64)
         return export(400) - export(0)
 
     full, half = combination("a|fp32|full", 50.0), combination("a|bf16|full", 100.0)
@@ -757,7 +758,7 @@ def test_auto_passes_make_twelve_thousand_samples_for_a_classifier_within_two_to
     with pytest.raises(ValueError, match="max_epochs must be more than 0 passes"):
         ExploitConfig(max_epochs=0)
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
-    plan = planning.plan_search(_config(time_budget_minutes=5, num_trials=50, max_steps=2000, eval_every_steps=10),
+    plan = plan_search(_config(time_budget_minutes=5, num_trials=50, max_steps=2000, eval_every_steps=10),
                                 probes, validation_rows=80, test_rows=40, seq_len=64, concurrency=2, train_rows=2_000)
     assert any("ending at 6 passes over the 2,000 training rows if that comes first: search.exploit.max_epochs "
                "(auto: 12,000 samples, 2 to 10 passes)" in note for note in plan.notes), plan.notes

@@ -1,12 +1,12 @@
 """A plan that starts one trial searches nothing: it says so before anything trains, with the budget that would
-start a second one (search/budget/second_trial.py)."""
+start a second one (search/budget/plan.py)."""
 
 from __future__ import annotations
 
 import re
 
 from finesweep.search.budget import plan as planning
-from finesweep.search.budget.second_trial import one_trial_warning
+from finesweep.search.budget.plan import one_trial_warning
 from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
 

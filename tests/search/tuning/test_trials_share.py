@@ -14,8 +14,8 @@ from finesweep.search.budget.plan import CombinationTimes, unplanned
 from finesweep.search.selection.best import SINCE_BEST
 from finesweep.search.tuning import callbacks
 from finesweep.search.tuning.callbacks import StepBudgetStopper, TrialsShareStopper
-from finesweep.search.tuning.trials_share import (CUT_BY_SHARE, SHARE_LEDGER, ShareState, TrialStartGate, TrialTimes,
-                                                  planned_times)
+from finesweep.search.budget.pace import TrialTimes, planned_times
+from finesweep.search.tuning.trials_share import CUT_BY_SHARE, SHARE_LEDGER, ShareState, TrialStartGate
 from finesweep.search.tuning.tuner import stoppers
 from finesweep.spaces import SweepConfig
 

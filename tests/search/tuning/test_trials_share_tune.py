@@ -13,7 +13,7 @@ from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.tracking.tags import END_STATE_TAG
 from finesweep.search.tuning.callbacks import TrialEndRecorder
 from finesweep.search.tuning.context import TrialContext, planned_lengths
-from finesweep.search.tuning.trials_share import TrialTimes
+from finesweep.search.budget.pace import TrialTimes
 from finesweep.search.tuning.tuner import gated_searcher, stoppers
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.space import BASELINE_KEY
