@@ -20,6 +20,7 @@ from finesweep.search.outputs.pareto_report import pick_export
 from finesweep.search.outputs.plots import log_sweep_plots
 from finesweep.search.outputs.variants import check_backends
 from finesweep.search.budget import export_calibration
+from finesweep.search.budget.pace import planned_times
 from finesweep.search.budget.plan import SearchPlan, recorded_plan
 from finesweep.search.probe.cores import usable_cores, warn_of_other_work
 from finesweep.search.probe.device import Device
@@ -182,7 +183,6 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     from finesweep.search.tuning.callbacks import TrialEndRecorder, budget_end_state, no_evaluation_reason
     from finesweep.search.tuning.ray_cluster import start_ray
     from finesweep.search.tuning.scratch import remove_scratch_left_here
-    from finesweep.search.budget.pace import planned_times
     from finesweep.search.tuning.tuner import TuneSetup, make_tuner, restore_tuner
 
     config, tracker, plan = session.config, session.tracker, session.plan
