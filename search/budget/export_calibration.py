@@ -35,7 +35,7 @@ RATIO_BOUNDS = (0.25, 4.0)
 MIN_STEP_SECONDS = 2.0
 # An export's time varies from run to run on one machine (the LLM example's four steps took 370 s and 428 s, each
 # step 0.85x to 0.88x of the other's): the largest ratio of the last exports prices the next one, so that its plan
-# errs on the side of ending early rather than past a time limit (search/measure.py keeps 10% of the estimate spare).
+# errs on the side of ending early rather than past a time limit (limit.py keeps a share of the estimate spare).
 KEPT_EXPORTS = 3
 LIBRARIES = ("torch", "transformers", "bitsandbytes", "onnxruntime", "llama_cpp_python")
 

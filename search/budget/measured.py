@@ -40,9 +40,9 @@ RECORDS_SECONDS = 7.0
 # interpreter's teardown of the libraries loaded (3.5 s; AVX2). Not corrected.
 EXIT_SECONDS = 6.0
 # The export's estimate against its real time: within 5% on AVX-512 machines, 0.74x to 1.17x over five sweeps on an
-# AVX2 one before the calibration; the search leaves this share of the estimate spare so a slower export still ends
-# within the limit.
-EXPORT_ESTIMATE_MARGIN = 0.1
+# AVX2 one before its first calibration; the search leaves this share of the estimate spare, the worst measured
+# under-estimate, so a machine's first export still ends within the limit.
+EXPORT_ESTIMATE_MARGIN = 0.2
 
 # ---- The export (export_time.py), each corrected by the export calibration after this machine's first export ------
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from finesweep.search.budget import plan as planning
 from finesweep.search.budget.dropout_default import NO_DROPOUT_MAX_PASSES, planned_passes, resolve_dropout
 from finesweep.spaces import SweepConfig
 from tests.search.budget.planning import plan_search

@@ -85,7 +85,6 @@ def test_the_plan_multiplies_the_measured_steps_and_says_so():
     from tests.search.budget.test_plan import _plan as make_plan
     from tests.search.budget.test_plan import probe
 
-    from finesweep.search.budget import plan as planning
 
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
     rules = make_plan(plan_config(), probes)
