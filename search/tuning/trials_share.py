@@ -2,7 +2,7 @@
 evaluation inside it, and a trial whose next evaluation would come after it ends at the evaluation it just made.
 
 Either way the seconds would only have been cut off unused (a trial is worth its evaluations), and ending the trials
-sooner leaves them to the winner's further training (search/tuning/exploit.py takes whatever the budget has left).
+sooner leaves them to the winner's further training (SearchPlan.winner_seconds: whatever the budget has left).
 The plan's simulation (search/budget/simulate.py) already starts no trial that could not evaluate.
 
 The share's clock is kept by TrialsShareStopper (callbacks.py); it writes what the gate needs to a small ledger in the

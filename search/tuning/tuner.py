@@ -36,7 +36,7 @@ class TuneSetup:
     precisions: list[str]
     callbacks: list[Any]
     plan: SearchPlan  # the trials' number, length and seconds (search/budget/plan.py)
-    trial_times: dict[str, TrialTimes] = field(default_factory=dict)  # the plan's, per combination (trials_share.py)
+    trial_times: dict[str, TrialTimes] = field(default_factory=dict)  # the plan's, per combination (budget/pace.py)
 
 
 def make_trainable(config: SweepConfig, context: TrialContext):
