@@ -26,7 +26,7 @@ from finesweep.search.probe.cores import usable_cores, warn_of_other_work
 from finesweep.search.probe.device import Device
 from finesweep.search.selection import arms
 from finesweep.search.selection import baseline as baseline_comparison
-from finesweep.search.selection.best import Best, baseline_of, compared_params
+from finesweep.search.selection.best import Best, baseline_of, compared_params, evaluated_trials
 from finesweep.search.selection.edges import edge_warnings
 from finesweep.search.tracking.client import Tracker, default_tracking_uri
 from finesweep.search.tracking.export_record import record_export
@@ -78,6 +78,7 @@ class Session(Measured):
     # training behind each arm, the equal-time run where search.baseline.budget is equal.
     comparison: dict[str, Any] | None = None
     compared: list[dict[str, Any]] = field(default_factory=list)  # the search's evaluated trials' hyperparameters
+    configurations: dict[str, int] = field(default_factory=dict)  # the trials started and those that evaluated
 
 
 def _open(config: SweepConfig, folder: SweepFolder, tracking_uri: str | None, console: Console,
@@ -226,6 +227,8 @@ def _search(session: Session, address: str | None, tune_experiment: str, resume:
     session.console.leaderboard(tracker, session.experiment_id, session.parent, config.search.metric, config.search.mode)
     session.clock.lap("search")
     baseline = baseline_of(results, config.search.metric, config.search.mode)
+    session.configurations = {"evaluated": evaluated_trials(results), "started": len(results)}
+    session.console.compared(**session.configurations, baseline=baseline is not None)
     session.compared = compared_params(results)
     if best is not None and baseline is not None:
         session.comparison = comparison_inputs(session, results, best, baseline)
@@ -316,6 +319,7 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
             "export_complete": not exported.not_made, "export_not_made": exported.not_made,
             "baseline": exported.baseline or None, "baseline_trial": baseline.as_dict() if baseline else None,
             "edge_warnings": edges, "exploitation": session.exploitation, "comparison": session.comparison,
+            "configurations": session.configurations,
             "export_steps": _against_plan(exported.seconds, session.plan)}
 
 

@@ -14,10 +14,10 @@ quantization=${QUANTIZATION:-int8, onnx-int8}
 mkdir -p "$out"
 sampler=""
 trap 'rm -f sweeps/smollm2-gpu.yaml; [ -z "$sampler" ] || kill $sampler 2>/dev/null || true' EXIT
-sed -e 's/^  precision: \[fp32\].*/  precision: [bf16]/' -e 's/^  max_seq_len: 96.*/  max_seq_len: 192/' \
+sed -e 's/^  precision: \[fp32, bf16\].*/  precision: [bf16]/' -e 's/^  max_seq_len: 96.*/  max_seq_len: 192/' \
     -e "s/^  time_budget_minutes: 7.*/  time_budget_minutes: ${BUDGET_MINUTES:-1.5}/" \
     -e 's/^  generation_samples: 16.*/  generation_samples: 4/' \
-    -e "s/^  method: \[full, lora, qlora\].*/  method: [$methods]/" \
+    -e "s/^  method: \[full, lora\].*/  method: [$methods]/" \
     -e "s/^  quantization: \[int8, onnx-int8\].*/  quantization: [$quantization]/" \
     -e "s/^resources:/resources:\n  gradient_checkpointing: $checkpointing/" \
     sweeps/smollm2-chat.yaml > sweeps/smollm2-gpu.yaml

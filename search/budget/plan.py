@@ -243,7 +243,8 @@ def trial_count(plan: SearchPlan, search: SearchConfig, trials_seconds: float | 
                 wanted: int) -> tuple[int, Simulated, str]:
     """The trials that can start and evaluate in their seconds (or the step budget), simulated SIMULATIONS times:
     the `wanted` ones (the file's num_trials, a grid's size at most), lowered to the most that started in any run
-    where fewer fit (never raised); the median run at that number; and the note where it was lowered."""
+    where fewer fit (never raised); the median run at that number (by trials started, then seconds); and the note
+    where it was lowered."""
     lanes = [Lane(plan.period(c), round(plan.steps_per_evaluation(c)), c.start_seconds) for c in plan.combinations]
     asha = search.asha if search.scheduler == "asha" else None
     milestones = asha_milestones(plan.evaluations, asha.grace_period, asha.reduction_factor) if asha else None
@@ -262,7 +263,7 @@ def trial_count(plan: SearchPlan, search: SearchConfig, trials_seconds: float | 
         note = (f"num_trials {num_trials} -> {can_start}: at most that many trials start and evaluate within the "
                 "budget (simulated), so TPE's random start-up is sized for them")
         num_trials, simulated = can_start, runs(can_start)
-    return num_trials, sorted(simulated, key=lambda run: (run.seconds, run.started))[len(simulated) // 2], note
+    return num_trials, sorted(simulated, key=lambda run: (run.started, run.seconds))[len(simulated) // 2], note
 
 
 def _split_words(config: SweepConfig, split: Split, budget: float | None, train_rows: int) -> str:

@@ -15,12 +15,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from finesweep.search.budget.measured import BUDGET_MARGIN
+from finesweep.search.budget.simulate import Lane, Simulated, asha_milestones, simulate
 from finesweep.spaces.search_config import AUTO_EVAL_EVERY_STEPS, SearchConfig
 
 if TYPE_CHECKING:
     from finesweep.search.budget.speed import CombinationTimes
 
 TRIALS_COMPARED = 2  # the fewest trials a time budget's plan leaves room for: a search compares (see trial_room)
+# The configurations an ASHA search on a small time budget is planned to start and evaluate at least once (as many
+# as the file asks, if fewer): Hyperband's first rung, many configurations at a small resource. Eight is where
+# successive halving at reduction factor 2 to 3 still promotes two or three to a second rung.
+CONFIGURATIONS_COMPARED = 8
+# Seeded runs of the search per period configurations_first tries: three in four must start the configurations (the
+# trials' luck at ASHA's rungs decides how many lanes the promoted hold).
+SCHEDULE_SIMULATIONS = 16
 
 
 def planned_cadence(every: int | Literal["auto"], max_steps: int, trials_seconds: float | None,
@@ -139,6 +147,8 @@ def trials_schedule(combinations: list[CombinationTimes], search: SearchConfig, 
     if search.fit_to_budget:
         schedule = planned_schedule(combinations, search.max_steps, eval_every_steps, trials_seconds,
                                     search.step_budget, concurrency)
+        schedule = configurations_first(schedule, combinations, search, eval_every_steps, trials_seconds,
+                                        concurrency)
     per_evaluation = (samples_per_evaluation(combinations, schedule.period_seconds,
                                              statistics.fmean(effective_batches))
                       if schedule.period_seconds else {})
@@ -152,3 +162,98 @@ def fewest_trial_samples(schedule: Schedule, per_evaluation: dict[str, int], eva
     if per_evaluation:
         return schedule.evaluations * min(per_evaluation.values())
     return schedule.evaluations * eval_every_steps * smallest_batch
+
+
+def configurations_compared(search: SearchConfig) -> int:
+    """The configurations the plan pays for first in a small time budget: with ASHA, the file's num_trials up to
+    CONFIGURATIONS_COMPARED; without an early stopper every trial runs its whole length, so one."""
+    return min(search.num_trials, CONFIGURATIONS_COMPARED) if search.scheduler == "asha" else 1
+
+
+def shortest_period(combinations: list[CombinationTimes]) -> float:
+    """The shortest evaluation period configurations_first allots: twice the quickest evaluation, so the combination
+    that evaluates fastest spends half its time training. One that evaluates slower trains a batch at least per
+    period and its periods run longer (lane_period): on this machine it learns less per second, which is what a
+    comparison at equal seconds measures."""
+    return min(2 * c.seconds_per_evaluation for c in combinations)
+
+
+def lane_period(times: CombinationTimes, period: float) -> float:
+    """The seconds a period of `period` takes a combination: its evaluation and at least one optimizer step."""
+    return max(period, times.seconds_per_evaluation + times.seconds_per_step)
+
+
+def halving_evaluations(search: SearchConfig, most: int) -> int:
+    """A trial's evaluations where the plan puts configurations first: up to ASHA's second rung (grace period x
+    reduction factor), where the better third or half has trained that many times longer than the rest; the winner's
+    further training is the long run. `most`: the file's max_steps in evaluations, which bounds it."""
+    return max(1, min(most, int(search.asha.grace_period * search.asha.reduction_factor)))
+
+
+def halving_seconds(combinations: list[CombinationTimes], search: SearchConfig, concurrency: int,
+                    most: int) -> float:
+    """The seconds configurations_compared configurations take at the shortest period, `concurrency` at a time,
+    stopped by ASHA at its rungs as Ray does (simulated, median run): what the trials' part of a small budget pays
+    for first (winner.leaving_configurations). 0 where one configuration is all the plan compares."""
+    wanted = configurations_compared(search)
+    if wanted < 2:
+        return 0.0
+    runs = _halving(combinations, search, shortest_period(combinations), halving_evaluations(search, most), wanted,
+                    concurrency, None)
+    return sorted(run.seconds for run in runs)[len(runs) // 2]
+
+
+def _halving(combinations: list[CombinationTimes], search: SearchConfig, period: float, evaluations: int,
+             trials: int, concurrency: int, seconds: float | None) -> list[Simulated]:
+    """SCHEDULE_SIMULATIONS runs of `trials` trials of `evaluations` periods under ASHA in `seconds` (None: all)."""
+    lanes = [Lane(lane_period(c, period), 1, c.start_seconds) for c in combinations]
+    milestones = asha_milestones(evaluations, search.asha.grace_period, search.asha.reduction_factor)
+    return [simulate(lanes, evaluations=evaluations, num_trials=trials, concurrency=concurrency,
+                     milestones=milestones, reduction_factor=search.asha.reduction_factor, time_budget=seconds,
+                     step_budget=None, seed=seed) for seed in range(SCHEDULE_SIMULATIONS)]
+
+
+def configurations_first(schedule: Schedule, combinations: list[CombinationTimes], search: SearchConfig,
+                         eval_every_steps: int, trials_seconds: float | None, concurrency: int) -> Schedule:
+    """Successive halving in a small budget: where the trials are allotted time and their periods are too long for
+    the configurations_compared to start and evaluate in the trials' seconds (simulated, in three runs of four), the longest
+    period from the schedule's down to the shortest_period at which they do (as many as start at the shortest,
+    where fewer do), with evaluations up to ASHA's second rung (halving_evaluations). ASHA then stops most at their
+    first rung and the better train on; the periods are the same seconds for every combination, so configurations
+    of different speed meet at equal time. The schedule as it is where it already starts as many."""
+    wanted = configurations_compared(search)
+    if not trials_seconds or wanted < 2 or search.step_budget is not None:
+        return schedule
+    # A schedule of steps (the budget pays for a trial's max_steps) is compared at the slowest combination's pace.
+    longest = schedule.period_seconds or max(c.period_seconds(eval_every_steps) for c in combinations)
+    start = max(c.start_seconds for c in combinations)
+    first_rung = math.ceil(wanted / concurrency) * (start + search.asha.grace_period * longest)
+    if first_rung <= trials_seconds:  # not a small budget: its trials run as long as it pays for
+        return schedule
+    room, _ = trial_room(trials_seconds, concurrency)
+    most = max(1, search.max_steps // eval_every_steps)
+
+    def evaluations(period: float) -> int:
+        return max(1, min(halving_evaluations(search, most), int((room - start) // period)))
+
+    def started(period: float, count: int | None = None) -> int:
+        runs = _halving(combinations, search, period, count or evaluations(period), search.num_trials,
+                        concurrency, trials_seconds)
+        return sorted(run.started for run in runs)[len(runs) // 4]
+
+    shortest = shortest_period(combinations)
+    target = min(wanted, started(shortest)) if shortest < longest else 0
+    if target <= started(longest, schedule.evaluations):
+        return schedule
+    planned = longest
+    for _ in range(20):  # bisection: `target` start at the shortest period, fewer at the longest
+        middle = (shortest + longest) / 2
+        shortest, longest = (middle, longest) if started(middle) >= target else (shortest, middle)
+    period, count = shortest, evaluations(shortest)
+    most_words = f" (the most any period starts of the {wanted} planned for)" if target < wanted else ""
+    note = (f"trials allotted time: {count} evaluation period{'' if count == 1 else 's'} of {period:.0f} s each, "
+            f"shortened from {planned:.0f} s so that {target} configurations{most_words} start and "
+            f"evaluate in the trials' {trials_seconds:.0f} s (simulated): successive halving, ASHA stops the weaker "
+            "at its rungs and the better train on, every combination for the same seconds")
+    kept = [n for n in schedule.notes if not n.startswith("trials allotted time")]
+    return Schedule(count, period, [note, *kept])

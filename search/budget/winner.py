@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from finesweep.search.budget.schedule import fewest_trial_samples, planned_cadence, trials_schedule
+from finesweep.search.budget.schedule import (configurations_compared, fewest_trial_samples, halving_seconds,
+                                              planned_cadence, trials_schedule)
 from finesweep.spaces.search_config import AUTO_MAX_PASSES, AUTO_MIN_PASSES, AUTO_MIN_SAMPLES, AUTO_SHARE_UNPLANNED
 from finesweep.spaces.sections import Task
 
@@ -24,6 +25,10 @@ AUTO_SHARE_PASSES = (1.0, 4.0)
 # winner's training (its evaluations, a slower start, a speed measured on a busier machine).
 FIRST_EVALUATION_ROOM = 1.5
 CAPPED_WINNER_ROOM = 1.5
+CONFIGURATIONS_ROOM = 1.1  # the room over the simulated halving of the configurations (a median run)
+# The least share leaving_configurations leaves the winner, where the file's or auto's gave it more: what auto gives a
+# budget of many passes over the data.
+WINNER_SHARE_FLOOR = AUTO_SHARE_MANY_PASSES
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,8 @@ def winner_share(search: SearchConfig, budget: float | None, combinations: list[
                  task: Task, effective_batches: list[int], concurrency: int, continues: bool = True) -> Split:
     """The winner's share of the search's `budget` seconds, in order: the file's share, or auto's from the passes
     the budget pays for (auto_share); the trials' cadence at that share; lowered so that a trial of the slowest
-    candidate starts and evaluates once (leaving_a_first_evaluation); with the trials' schedule at that share,
+    candidate starts and evaluates once (leaving_a_first_evaluation), and so that ASHA's configurations reach its
+    first rung (leaving_configurations); with the trials' schedule at that share,
     lowered to what a winner whose training ends at search.exploit.max_epochs can use (capped_winner); the
     schedule again where it fell. `budget` None: the file's share or auto's fixed one, which buys no seconds.
     `continues` False (data-parallel trials, whose workers a continuation does not drive): no share."""
@@ -66,6 +72,9 @@ def winner_share(search: SearchConfig, budget: float | None, combinations: list[
     if budget:
         first = max(c.start_seconds + c.period_seconds(every) for c in combinations)
         share, lowered = leaving_a_first_evaluation(budget, share, first)
+        words += lowered
+        halving = halving_seconds(combinations, search, concurrency, max(1, search.max_steps // every))
+        share, lowered = leaving_configurations(budget, share, halving, configurations_compared(search))
         words += lowered
 
     def schedule_at(share: float) -> tuple[Schedule, dict[str, int]]:
@@ -128,6 +137,25 @@ def leaving_a_first_evaluation(budget: float, share: float, first_evaluation_sec
     lowered = max(0.0, math.floor(100 * (1 - needed / budget)) / 100)
     return lowered, (f"; lowered from {share:.2f} so that a trial of the slowest candidate starts and evaluates once "
                      f"({needed:.0f} s)")
+
+
+def leaving_configurations(budget: float, share: float, halving: float, configurations: int) -> tuple[float, str]:
+    """The share lowered where the trials' part of the `budget` would not pay for `configurations` halved by ASHA
+    at the shortest period (`halving` seconds, schedule.halving_seconds), with CONFIGURATIONS_ROOM: a small budget
+    compares configurations before it trains one further. Never below WINNER_SHARE_FLOOR (the winner's training,
+    from the best checkpoint, is what the user keeps). The words say so (empty where the share stands)."""
+    needed = CONFIGURATIONS_ROOM * halving
+    if configurations < 2 or budget * (1 - share) >= needed or share <= 0:
+        return share, ""
+    floor = min(share, WINNER_SHARE_FLOOR)
+    lowered = max(floor, math.floor(100 * (1 - needed / budget)) / 100)
+    if lowered >= share:
+        return share, ""
+    if lowered == floor:
+        return lowered, (f"; lowered from {share:.2f} to the least it leaves the winner: {configurations} "
+                         f"configurations halved by ASHA need {needed:.0f} s")
+    return lowered, (f"; lowered from {share:.2f} so that {configurations} configurations start, evaluate and "
+                     f"are halved by ASHA ({needed:.0f} s)")
 
 
 def capped_winner(budget: float, share: float, fewest_trial_samples: int, train_rows: int, epochs: float,

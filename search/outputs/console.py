@@ -103,6 +103,14 @@ class Console:
     def leaderboard(self, tracker, experiment_id: str, parent_run_id: str, metric: str, mode: str) -> None:
         self.out.print(leaderboard_table(tracker, experiment_id, parent_run_id, metric, mode))
 
+    def compared(self, evaluated: int, started: int, baseline: bool) -> None:
+        """How many configurations the search compared: the trials that evaluated at least once."""
+        among = ", the baseline recipe among them" if baseline else ""
+        unevaluated = (f"; {started - evaluated} more started and ended before their first evaluation"
+                       if started > evaluated else "")
+        self.print(f"The search compared {evaluated} configuration{'' if evaluated == 1 else 's'}, each evaluated at "
+                   f"least once{among}{unevaluated}.")
+
     def pareto(self, report: dict[str, Any]) -> None:
         """The speed/quality front (search.second_objective) and the trial the stated rule exports."""
         metric, speed, pick = report["metric"], report["second_metric"], report["pick"] or {}

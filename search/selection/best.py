@@ -137,6 +137,11 @@ def compared_params(results) -> list[dict[str, Any]]:
             and math.isfinite(best_of([(result.metrics or {}).get(BEST_SO_FAR)], "max"))]
 
 
+def evaluated_trials(results) -> int:
+    """The trials, the baseline's included, that reported at least one evaluation: the configurations compared."""
+    return sum(math.isfinite(best_of([(result.metrics or {}).get(BEST_SO_FAR)], "max")) for result in results)
+
+
 def kept_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
     """A trial's kept checkpoints with the metrics of their evaluation. Tune keeps a single-process trial's. A
     data-parallel trial's are kept by Ray Train in the trial's own run folder (Tune gets only each one's path, as

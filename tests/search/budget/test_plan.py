@@ -268,7 +268,7 @@ def test_a_time_budget_allots_each_combination_the_same_seconds_and_counts_the_t
 def test_the_winners_share_of_a_time_budget_is_not_the_trials_and_the_plan_shows_the_split():
     """search.exploit.share 0.4 of 5 minutes: the trials are planned in 180 s, the winner trains 120 s after them."""
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
-    config = _config(time_budget_minutes=5, num_trials=50, max_steps=2000, exploit={"share": 0.4})
+    config = _config(time_budget_minutes=5, num_trials=50, max_steps=2000, exploit={"share": 0.4}, scheduler="none")
     plan = _plan(config, probes)
     assert plan.trials_seconds == pytest.approx(180)
     small = next(c for c in plan.combinations if c.key == "small")
@@ -287,7 +287,8 @@ def test_an_auto_share_gives_the_winner_more_of_a_budget_that_pays_for_few_passe
     """Candidates at 24 and 48 samples/s a trial, two at once: 5 minutes pay for 7,200 samples of the slowest one."""
     probes = {"big": probe("big", "fp32", 24.0), "small": probe("small", "fp32", 48.0)}
     config = _config(time_budget_minutes=5, num_trials=50, max_steps=2000, eval_every_steps=10,  # a short first
-                     exploit={"max_epochs": 2})  # evaluation: the trials' quarter has room for it; the cap fixed
+                     exploit={"max_epochs": 2}, scheduler="none")  # evaluation: the trials' quarter has room for
+    # it; the cap fixed; without ASHA the share is not lowered for configurations (leaving_configurations)
     assert config.search.exploit.share == "auto"
 
     def planned(train_rows: int):
@@ -334,7 +335,7 @@ def test_a_winner_that_ends_at_its_passes_long_before_its_share_gives_the_rest_t
 
     def planned(train_rows: int, **exploit):
         return plan_search(_config(time_budget_minutes=5, num_trials=50, max_steps=2000, eval_every_steps=10,
-                                            exploit={"max_epochs": 2, **exploit}), probes, validation_rows=80,
+                                   exploit={"max_epochs": 2, **exploit}, scheduler="none"), probes, validation_rows=80,
                                     test_rows=40, seq_len=64, concurrency=2, train_rows=train_rows)
 
     sized, uncapped = planned(2_000), planned(2_000, max_epochs=None)
@@ -359,7 +360,7 @@ def test_the_winners_share_leaves_the_trials_time_for_a_first_evaluation_of_the_
 
     def planned(minutes: float, share):
         return _plan(_config(time_budget_minutes=minutes, eval_every_steps=5, max_steps=100,
-                             exploit={"share": share}), probes)
+                             exploit={"share": share}, scheduler="none"), probes)
 
     squeezed = planned(3, 0.9)
     assert squeezed.exploit_share == 0.81 and 180 * (1 - squeezed.exploit_share) >= 33

@@ -24,7 +24,8 @@ def _config(minutes: float, **search) -> SweepConfig:
                                  "splits": {"train": 400, "validation": 80, "test": 40}},
         "models": [{"name": "slow", "path": "slow"}], "space": {"effective_batch_size": [8], "precision": ["fp32"]},
         "search": {"num_trials": 6, "max_concurrent_trials": 1, "eval_every_steps": 10, "max_steps": 200,
-                   "time_budget_minutes": minutes, **search}})
+                   "time_budget_minutes": minutes, "scheduler": "none", **search}})  # ASHA's shorter periods
+    # would start more (schedule.configurations_first): without it a trial fills its room, as the rule assumes
 
 
 def _inputs(config: SweepConfig):
