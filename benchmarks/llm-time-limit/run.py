@@ -61,6 +61,7 @@ def collect(folder: Path, console: str, exit_status: int, seconds: float, limit:
     error = next((line for line in reversed(console.splitlines()) if line.startswith("error:")), None)
     return {"exit_status": exit_status, "wall_seconds": round(seconds, 1), "limit": limit, "error": error,
             "probe": _probe(folder), "phase_seconds": summary.get("phase_seconds"), "plan": _plan(summary.get("plan") or {}),
+            "configurations": summary.get("configurations"),  # the trials started, and those that evaluated
             "trials": _trials(folder), "winner": (summary.get("best") or {}).get("params"),
             "exploitation": (summary.get("exploitation") or {}).get("sentence"),
             "variants": json.loads(metrics_file.read_text()) if metrics_file.is_file() else None,
@@ -101,7 +102,8 @@ def _trials(folder: Path) -> list[dict[str, Any]]:
                           "precision": config.get("precision"),
                           "learning_rate": config.get("learning_rate"),
                           "effective_batch_size": config.get("effective_batch_size"),
-                          "evaluations": [(row["step"], round(row.get("eval_loss", float("nan")), 4)) for row in rows]})
+                          "evaluations": [(row["step"], round(row.get("eval_loss", float("nan")), 4),
+                                           row.get("eval_accuracy")) for row in rows]})
     return found
 
 
@@ -110,8 +112,11 @@ def table(result: dict[str, Any]) -> str:
     wall = result["wall_seconds"]
     predicted = (result["plan"] or {}).get("predicted_wall_seconds")
     against = f" (the plan predicted {predicted:.0f} s: the run took {wall / predicted:.2f}x)" if predicted else ""
+    compared = result.get("configurations") or {}
     lines = [f"`run --time-limit {result['limit']}`: exit {result['exit_status']}, {wall:.0f} s{against}; " +
-             ", ".join(f"{name} {value:.0f} s ({value / wall:.0%})" for name, value in phases.items()),
+             ", ".join(f"{name} {value:.0f} s ({value / wall:.0%})" for name, value in phases.items()) +
+             (f"; {compared['evaluated']} configurations evaluated of {compared['started']} started" if compared
+              else ""),
              *([result["error"]] if result.get("error") else []), "",
              "| variant | test loss | perplexity | exact match | token F1 | ROUGE-L | ms / generated token |",
              "|---|---|---|---|---|---|---|"]
