@@ -182,23 +182,43 @@ def single_process_rendezvous() -> None:
 
 
 def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
-    from transformers import Trainer
-
     task = Task(plan.task)
     candidate = ModelCandidate(**plan.candidate)
     tokenizer = models.load_tokenizer(candidate, plan.trust_remote_code, text_pairs=plan.text_pairs)
     model = _load_model(plan, candidate, task, tokenizer)
     splits = data.load_tokenized(Path(plan.tokenized_dir))
-    return Trainer(
+    return _evaluating_by_length()(
         model=model,
         args=_training_arguments(plan),
         train_dataset=splits["train"],
-        eval_dataset=splits["validation"],
+        eval_dataset=by_length(splits["validation"]),
         data_collator=data.collator(tokenizer, task),
         processing_class=tokenizer,
         compute_metrics=classification_metrics if task == Task.classification else None,
         callbacks=[_sink_callback(sink, task, divergence_limit(model, task)), *_deadline(plan)],
     )
+
+
+def by_length(split):
+    """The split's rows, longest first: evaluated in that order, each batch pads to about its own rows' length."""
+    lengths = [len(ids) for ids in split["input_ids"]]
+    return split.select(sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True))
+
+
+def _evaluating_by_length():
+    """transformers' Trainer, evaluating the validation split in the order given (by_length's) on one process.
+    Its own order, LengthGroupedSampler's megabatches of 4 batches at most of a shuffled split, pads a small split's
+    batches to their longest row: 64 conversations evaluated in 21 s where sorted they pad to about their mean."""
+    from torch.utils.data import SequentialSampler
+    from transformers import Trainer
+
+    class EvaluatingByLength(Trainer):
+        def _get_eval_sampler(self, eval_dataset):
+            if self.args.world_size > 1 or eval_dataset is None:  # shards across processes: transformers' own
+                return super()._get_eval_sampler(eval_dataset)
+            return SequentialSampler(eval_dataset)
+
+    return EvaluatingByLength
 
 
 def _deadline(plan: TrialPlan) -> list[Any]:

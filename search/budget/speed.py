@@ -3,7 +3,7 @@ the trials' batches. The probe times rows of the full sequence length (the memor
 batch to its longest row only, so its speed follows the data's token lengths and how its batches are drawn. Random
 batches pad near the 1 - 1/(batch + 1) quantile of the lengths; batches grouped by length (transformers'
 LengthGroupedSampler) are cut from a shuffled megabatch sorted by length, the j-th padded to the row at rank
-j x batch from the top. Pure.
+j x batch from the top. An evaluation takes the whole validation split sorted by length (one megabatch). Pure.
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ def combination_times(probes: dict[str, ProbeResult], effective_batches: list[in
             step_rows = max(result.micro_batch, round(mean_batch))
             eval_batch = result.eval_batch_size or result.micro_batch  # what a trial evaluates with
             train_sorted = length_grouped_megabatch(train_rows, step_rows) if grouped and train_rows else None
-            eval_sorted = length_grouped_megabatch(validation_rows, eval_batch) if grouped and validation_rows else None
             speed /= padded_fraction(lengths[result.model], result.micro_batch, result.seq_len, train_sorted)
-            eval_speed /= padded_fraction(lengths[result.model], eval_batch, result.seq_len, eval_sorted)
+            # A trial evaluates the validation split sorted by length (trainer/trial.py::by_length).
+            eval_speed /= padded_fraction(lengths[result.model], eval_batch, result.seq_len, validation_rows or None)
         start = TRIAL_START_SECONDS + max(result.load_seconds - SMALL_MODEL_LOAD_SECONDS, 0.0)
         times.append(CombinationTimes(key, speed, eval_speed, mean_batch / speed, validation_rows / eval_speed,
                                       result.decode_seconds_per_token, result.weight_bytes, start))

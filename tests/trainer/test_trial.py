@@ -102,6 +102,26 @@ def test_a_trial_batches_rows_of_similar_length_together_unless_told_not_to(tmp_
     assert grouped_positions < 0.9 * random_positions  # less padding
 
 
+def test_a_trial_evaluates_the_validation_split_longest_rows_first_with_less_padding(tmp_path, tiny_classifier):
+    from finesweep.trainer.trial import _build_trainer
+
+    rng = random.Random(1)
+    rows = [{**row, "text": " ".join([row["text"]] + rng.choices(tiny.FILLER, k=rng.randrange(12)))}
+            for row in tiny.sentiment_rows(300)]
+    prepared, tokenized = tokenized_splits(tmp_path, tiny.write_csv(tmp_path / "varied.csv", rows), tiny_classifier)
+    plan = make_plan(tmp_path, tiny_classifier, tokenized, prepared.label_names, eval_batch=8)
+    for group_by_length in (True, False):  # the baseline's Trainer-like sampling evaluates the same way
+        trainer = _build_trainer(dataclasses.replace(plan, group_by_length=group_by_length), RecordingSink())
+        batches = list(trainer.get_eval_dataloader())
+        real = [int(b["attention_mask"].sum(dim=1).max()) for b in batches]
+        assert real == sorted(real, reverse=True), "longest rows first"
+        assert sum(len(b["input_ids"]) for b in batches) == len(data.load_tokenized(tokenized)["validation"])
+    shuffled = data.load_tokenized(tokenized)["validation"].shuffle(seed=0)
+    random_positions = sum(8 * max(len(ids) for ids in shuffled[i:i + 8]["input_ids"])
+                           for i in range(0, len(shuffled), 8))
+    assert sum(b["input_ids"].numel() for b in batches) < 0.9 * random_positions, "less padding than random batches"
+
+
 def test_lora_trial_trains_only_adapters_and_reports(tmp_path, sentiment_csv, tiny_classifier):
     prepared, tokenized = tokenized_splits(tmp_path, sentiment_csv, tiny_classifier)
     sink = RecordingSink()

@@ -468,6 +468,12 @@ def test_batches_grouped_by_length_pad_to_the_mean_length_and_the_plan_counts_on
     assert plan(True).samples_per_second == pytest.approx(
         24.0 / padded_fraction(stats, 8, 64, length_grouped_megabatch(20_000, step_rows)))
     assert plan(False).samples_per_second == pytest.approx(24.0 / padded_fraction(stats, 8, 64))
+    # The validation split is evaluated sorted by length either way (trainer/trial.py::by_length): 80 rows in
+    # batches of 8 (the micro-batch, where the probe kept no eval batch) pad to about their own rows' length.
+    sorted_split = padded_fraction(stats, 8, 64, 80)
+    assert plan(True).eval_samples_per_second == plan(False).eval_samples_per_second == pytest.approx(
+        40.0 / sorted_split)
+    assert sorted_split < 0.8 * padded_fraction(stats, 8, 64)
 
 
 def test_a_causal_lms_export_adds_its_generations_token_by_token():
