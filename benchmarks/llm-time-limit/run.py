@@ -42,7 +42,8 @@ HERE = Path(__file__).resolve().parent
 def run(limit: str, work: Path, source: Path) -> dict[str, Any]:
     sweep = yaml.safe_load(source.read_text())
     sweep["output_root"] = str(work)
-    sweep["data"]["path"] = str((source.parent / sweep["data"]["path"]).resolve())
+    if "://" not in sweep["data"]["path"]:  # a package's file (pkg://) is found wherever the sweep file lies
+        sweep["data"]["path"] = str((source.parent / sweep["data"]["path"]).resolve())
     sweep_file = work / source.name
     sweep_file.write_text(yaml.safe_dump(sweep, sort_keys=False))
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "FINESWEEP_CACHE": str(work / "machine-cache")}
