@@ -206,9 +206,10 @@ def by_length(split):
 
 
 def _evaluating_by_length():
-    """transformers' Trainer, evaluating the validation split in the order given (by_length's) on one process.
-    Its own order, LengthGroupedSampler's megabatches of 4 batches at most of a shuffled split, pads a small split's
-    batches to their longest row: 64 conversations evaluated in 21 s where sorted they pad to about their mean."""
+    """transformers' Trainer, evaluating the validation split in the order given (by_length's) on one process. Its
+    own order sorts megabatches of a quarter of a shuffled split's batches (LengthGroupedSampler), so a small split's
+    batches pad to their longest row: the LLM example's 64 validation conversations took 21 s in fp32 on 2 cores,
+    15 s sorted."""
     from torch.utils.data import SequentialSampler
     from transformers import Trainer
 

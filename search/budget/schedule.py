@@ -215,12 +215,12 @@ def _halving(combinations: list[CombinationTimes], search: SearchConfig, period:
 
 def configurations_first(schedule: Schedule, combinations: list[CombinationTimes], search: SearchConfig,
                          eval_every_steps: int, trials_seconds: float | None, concurrency: int) -> Schedule:
-    """Successive halving in a small budget: where the trials are allotted time and their periods are too long for
-    the configurations_compared to start and evaluate in the trials' seconds (simulated, in three runs of four), the longest
-    period from the schedule's down to the shortest_period at which they do (as many as start at the shortest,
-    where fewer do), with evaluations up to ASHA's second rung (halving_evaluations). ASHA then stops most at their
-    first rung and the better train on; the periods are the same seconds for every combination, so configurations
-    of different speed meet at equal time. The schedule as it is where it already starts as many."""
+    """Successive halving in a small budget: where the schedule's periods are too long for the
+    configurations_compared to start and evaluate in the trials' seconds (simulated, in three runs of four), the
+    longest period from the schedule's down to the shortest_period at which they do (as many as start at the
+    shortest, where fewer do), with evaluations up to ASHA's second rung (halving_evaluations). ASHA then stops most
+    at their first rung and the better train on; the periods are the same seconds for every combination, so
+    configurations of different speed meet at equal time. The schedule as it is where it already starts as many."""
     wanted = configurations_compared(search)
     if not trials_seconds or wanted < 2 or search.step_budget is not None:
         return schedule
