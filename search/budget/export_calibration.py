@@ -4,8 +4,8 @@ speeds and rules measured on a few machines and models (the LLM example's export
 step's seconds over the rules' prediction for it is kept in the machine cache (export/calibration.json) under what
 that error depends on: the candidate models (their files), the task, the device, the threads and the libraries.
 The next plan for the same candidates on this machine multiplies each step of the rules' estimate by the largest
-ratio of its last KEPT_EXPORTS exports, and says so. A first sweep, or one of other candidates, is priced by the rules
-alone.
+ratio of its last KEPT_EXPORTS exports (a ratio under 1 drawn towards the rules' 1.0 while fewer are known), and says
+so. A first sweep, or one of other candidates, is priced by the rules alone.
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ RATIO_BOUNDS = (0.25, 4.0)
 # baseline is the winner takes no time at all).
 MIN_STEP_SECONDS = 2.0
 # An export's time varies from run to run on one machine (the LLM example's four steps took 370 s and 428 s, each
-# step 0.85x to 0.88x of the other's): the largest ratio of the last exports prices the next one, so that its plan
-# errs on the side of ending early rather than past a time limit (limit.py keeps a share of the estimate spare).
+# step 0.85x to 0.88x of the other's; its baseline's scoring 0.57x and then 0.79x of the rules' prediction): the
+# largest ratio of the last exports prices the next one, so that its plan errs on the side of ending early rather
+# than past a time limit (limit.py keeps a share of the estimate spare). One export is too few to lower the estimate
+# by its whole ratio: a ratio under 1 is drawn towards 1.0 by the share of KEPT_EXPORTS not yet measured.
 KEPT_EXPORTS = 3
 LIBRARIES = ("torch", "transformers", "bitsandbytes", "onnxruntime", "llama_cpp_python")
 
@@ -66,7 +68,17 @@ def _version(package: str) -> str | None:
 def ratios(key: str, cache: Path | None = None) -> dict[str, float]:
     """Step -> the largest ratio of this machine's last KEPT_EXPORTS exports of these candidates (empty: none yet)."""
     measured = (read_cache(cache or calibration_file()).get(key) or {}).get("measured") or {}
-    return {step: max(kept) for step, kept in measured.items() if kept}
+    return {step: _trusted(kept) for step, kept in measured.items() if kept}
+
+
+def _trusted(kept: list[float]) -> float:
+    """The largest of a step's kept ratios; one under 1 (the rules over-estimated) lowers the estimate by the share
+    of KEPT_EXPORTS measured, so a single quick export cannot price the next one past a time limit."""
+    largest = max(kept)
+    if largest >= 1.0:
+        return largest
+    missing = max(KEPT_EXPORTS - len(kept), 0) / KEPT_EXPORTS
+    return round(largest + (1.0 - largest) * missing, 3)
 
 
 def calibrated(steps: dict[str, float], known: dict[str, float]) -> dict[str, float]:
