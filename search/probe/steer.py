@@ -53,7 +53,7 @@ def unmeasured_precisions(probes: dict[str, ProbeResult]) -> list[Removal]:
     trial cannot be planned."""
     missed = sorted({r.precision for r in probes.values() if r.not_measured})
     return [Removal("precision", precision, "not measured: the probe's share of search.time_limit was spent before "
-                    "its turn, or its first step outlasted its part of it (fp32's combinations come first)")
+                    "its turn, or its first step outlasted its part of it (each method's fp32 combination comes first)")
             for precision in missed]
 
 

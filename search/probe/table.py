@@ -150,7 +150,10 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
     batch tried). The first precision's combinations (fp32, the others are judged by it) are always measured, and
     their search goes on to the space's smallest effective batch where that costs no more than a part; a reduced
     precision's turn after the time is spent is not_measured (steer.stand_ins: fp32's answer stands in where the
-    precision was measured for another combination; a precision measured for none leaves the space).
+    precision was measured for another combination; a precision measured for none leaves the space). So the turns
+    go method by method, each method's precisions fp32 first: every precision is measured for the first method
+    before a second method's fp32 (always measured, the longest turns) spends the share, and the later methods' reduced
+    precisions are the ones a short share leaves to stand-ins.
 
     `worker`: the probe process (probe_worker), begun earlier (measure_inputs begins it before the data); closed
     here."""
@@ -160,8 +163,8 @@ def probe_all(config: SweepConfig, device: Device, precisions: list[str], seq_le
                            config.resources.micro_batch, cache_file, config.search.min_relative_speed, threads,
                            record_file=record_file)
     ordered = sorted(precisions, key=lambda p: p != FULL_PRECISION)  # fp32 first: others are judged by it
-    turns = [(model, precision, method.value) for model in config.model_names for precision in ordered
-             for method in config.space.method]
+    turns = [(model, precision, method.value) for model in config.model_names for method in config.space.method
+             for precision in ordered]
     end = time.monotonic() + seconds if seconds is not None else None
     floor = min(min(config.space.effective_batch_size), cap)  # below it every step accumulates (TimeBox.floor)
     results: dict[str, ProbeResult] = {}

@@ -15,7 +15,7 @@ from finesweep.search.probe.device import Device, resolve_device
 from finesweep.search.probe.batch_search import (SAFETY_MARGIN, SEED_BATCHES, ProbeError, TimeBox, fastest_batch,
                                                  find_eval_batch, find_max_micro_batch, predict_max_batch,
                                                  throughput_candidates)
-from finesweep.search.probe.steer import unmeasured_precisions
+from finesweep.search.probe.steer import stand_ins, unmeasured_precisions
 from finesweep.search.probe.table import ProbeResult, probe_all
 from finesweep.search.probe.worker import ProbeWorker
 from finesweep.spaces import ModelCandidate, SweepConfig
@@ -342,6 +342,26 @@ def test_a_time_limits_probe_share_ends_each_search_at_its_last_fit_and_leaves_a
     assert late["m|fp32|full"].max_micro_batch == 4, "fp32's first attempt is never stopped"
     roomy = probe_all(config, Device("cpu", "test-cpu", 8 * 2**30), ["fp32", "bf16"], 32, 2, machine, seconds=600)
     assert not any(r.cut_short or r.not_measured for r in roomy.values()) and roomy["m|fp32|full"].max_micro_batch > 4
+
+
+def test_a_short_share_measures_every_precision_for_the_first_method_and_lets_fp32_stand_in_for_the_rest(
+        tmp_path, monkeypatch):
+    """The LLM example's first run under --time-limit 10m spent the probe's share on fp32's full and LoRA turns, and
+    bf16 left the space (2 configurations of fp32's slow evaluations compared). The turns go method by method, so
+    bf16 is measured for the first method before the second method's fp32 turn, and stands in for the rest."""
+    workers = _scripted_probe_processes(monkeypatch)
+    # The share ends once the first method's bf16 turn has been probed.
+    monkeypatch.setattr(probe_module, "past", lambda end: any(
+        (r.method, r.precision) == ("full", "bf16") for w in workers for r in w.requests))
+    config = SweepConfig.model_validate({**yaml.safe_load(CONFIG % "fastest"), "data": {
+        "path": "chat.jsonl", "task": "causal_lm"}, "space": {"effective_batch_size": [8], "method": ["full", "lora"]}})
+    results = probe_all(config, Device("cpu", "test-cpu", 8 * 2**30), ["fp32", "bf16"], 32, 0, tmp_path / "m.json",
+                        seconds=60.0)
+    turns = list(dict.fromkeys((r.method, r.precision) for w in workers for r in w.requests))
+    assert turns == [("full", "fp32"), ("full", "bf16"), ("lora", "fp32")]
+    assert [key for key, r in results.items() if r.not_measured] == ["m|bf16|lora"]
+    answers_, notes = stand_ins(results)
+    assert answers_["m|bf16|lora"].measured_as == "fp32" and not unmeasured_precisions(answers_), notes
 
 
 def test_a_causal_lms_decoding_is_timed_once_a_model_in_its_first_combination(tmp_path, monkeypatch):
