@@ -42,7 +42,7 @@ def grid(space: SpaceConfig, models: list[str], precisions: list[str], points: i
     multiply the grid with copies."""
     values: dict[str, list[Any]] = categorical_choices(space, models, precisions)
     for name in LORA_DIMENSIONS:
-        if all(name in unsuggested({"method": method}) for method in values["method"]):
+        if name in values and all(name in unsuggested({"method": method}) for method in values["method"]):
             del values[name]
     values.update({name: range_values(dim, points) for name, dim in float_ranges(space).items()})
     if space.learning_rate_by_method:

@@ -33,7 +33,7 @@ def categorical_choices(space: SpaceConfig, models: list[str], precisions: list[
         "effective_batch_size": list(space.effective_batch_size),
         "method": [m.value for m in space.method],
         "lora_r": list(space.lora_r),
-        "lora_alpha": list(space.lora_alpha),
+        **({"lora_alpha": list(space.lora_alpha)} if space.searches_lora_alpha else {}),
     }
 
 
@@ -57,18 +57,20 @@ def unsuggested(point: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def suggest(trial: SuggestingTrial, space: SpaceConfig, models: list[str], precisions: list[str]) -> dict[str, Any]:
-    """Sample one trial's hyperparameters; returns the fixed (not searched) ones as constants (`fixed_floats`)."""
+    """Sample one trial's hyperparameters; returns the fixed (not searched) ones as constants (`fixed_floats`, and a
+    LoRA trial's alpha where the space derives it from the rank)."""
     choices = categorical_choices(space, models, precisions)
     point = {name: trial.suggest_categorical(name, choices[name])
              for name in ("model", "precision", "effective_batch_size", "method")}
     for name in LORA_DIMENSIONS:
-        if name not in unsuggested(point):
-            trial.suggest_categorical(name, choices[name])
+        if name in choices and name not in unsuggested(point):
+            point[name] = trial.suggest_categorical(name, choices[name])
     # One parameter per dimension even where its range depends on the method (space.learning_rate per method):
     # Optuna takes a range that changes from trial to trial, and each trial reads its own method's.
     for name, dim in float_ranges(space, point["method"]).items():
         trial.suggest_float(name, dim.low, dim.high, log=dim.log)
-    return fixed_floats(space, point["method"])
+    derived = space.derived_lora_alpha(point["lora_r"]) if "lora_r" in point else {}
+    return {**fixed_floats(space, point["method"]), **derived}
 
 
 def baseline_point(baseline: BaselineRecipe | str, space: SpaceConfig, model: str,

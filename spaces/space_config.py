@@ -104,6 +104,12 @@ LearningRateDim = Annotated[
 # None, or auto until the plan resolves it: search/budget/dropout_default.py).
 FLOAT_DIMENSIONS = ("learning_rate", "warmup_ratio", "weight_decay", "dropout")
 CHECKPOINT_DROPOUT, AUTO_DROPOUT = "checkpoint", "auto"  # the words for the checkpoint's own and the plan's pick
+# space.lora_alpha's default: alpha = LORA_ALPHA_PER_RANK x r, not searched. peft scales the adapters' update by
+# alpha / r, so the pairing keeps that scale at 2 whatever rank a trial draws, and each rank's learning rate means
+# the same step size; 2r is what the common LoRA recipes set (r 16, alpha 32), and Raschka's LoRA experiments
+# ("Practical Tips for Finetuning LLMs Using LoRA", 2023) found it the best of the ratios tried. A searched alpha
+# multiplies the LoRA configurations a small budget compares without a prior that it pays.
+AUTO_LORA_ALPHA, LORA_ALPHA_PER_RANK = "auto", 2
 
 
 def _is_number(text: str) -> bool:
@@ -134,8 +140,9 @@ class SpaceConfig(Section):
         "computing in the trial's precision; bitsandbytes)."))
     lora_r: list[Annotated[int, Field(ge=1)]] = Field([8, 16], min_length=1, description=(
         "LoRA rank (only sampled for lora and qlora)."))
-    lora_alpha: list[Annotated[int, Field(ge=1)]] = Field([16, 32], min_length=1, description=(
-        "LoRA alpha (only sampled for lora and qlora)."))
+    lora_alpha: list[Annotated[int, Field(ge=1)]] | Literal["auto"] = Field(AUTO_LORA_ALPHA, description=(
+        "LoRA alpha: a list to search (only sampled for lora and qlora), or auto: twice each trial's lora_r, the "
+        "usual pairing, so a rank's adapters keep one scale (alpha / r = 2) and the search spends no trials on it."))
     lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
     warmup_ratio: FloatDim = Field(0.06, description="Fraction of max_steps spent warming up.")
     weight_decay: FloatDim = Field(0.01, description="AdamW weight decay.")
@@ -206,6 +213,9 @@ class SpaceConfig(Section):
         }
         method = point.get("method") if point.get("method") in choices["method"] else None
         for key, value in point.items():
+            if key == "lora_alpha" and not self.searches_lora_alpha:
+                return (f"lora_alpha is not searched (space.lora_alpha is {AUTO_LORA_ALPHA}: {LORA_ALPHA_PER_RANK} x "
+                        "the point's lora_r); leave it out of the point, or set space.lora_alpha to a list")
             if key in choices and value not in choices[key]:
                 return f"{key}={value!r} is not among the space's choices {choices[key]}"
             dim = self.float_dimension(key, method) if key in FLOAT_DIMENSIONS else None
@@ -220,6 +230,16 @@ class SpaceConfig(Section):
             if dim is not None and not isinstance(dim, FloatRange):
                 return f"{key} is fixed at {dim:g} in the space, so it cannot be set per point"
         return None
+
+    @property
+    def searches_lora_alpha(self) -> bool:
+        """Whether lora_alpha is a dimension of the search (a list), not derived from the rank (auto)."""
+        return self.lora_alpha != AUTO_LORA_ALPHA
+
+    def derived_lora_alpha(self, rank: int) -> dict[str, int]:
+        """A LoRA trial's alpha where the space derives it from the trial's rank (auto), as a constant of the trial's
+        configuration; empty where alpha is searched."""
+        return {} if self.searches_lora_alpha else {"lora_alpha": LORA_ALPHA_PER_RANK * rank}
 
     def with_auto_dropout(self, rate: float | None) -> SpaceConfig:
         """This space as the trials sample it: dropout auto replaced by the rate the plan resolved it to

@@ -12,7 +12,7 @@ import yaml
 from finesweep.spaces import SweepConfig, SweepFileError, json_schema, load, resolve_path, suggest
 from finesweep.spaces.sections import Method
 from finesweep.spaces.space_config import FloatRange, SpaceConfig
-from finesweep.spaces.space import centre_point
+from finesweep.spaces.space import categorical_choices, centre_point
 from finesweep.spaces.units import parse_bytes
 from tests import tiny
 
@@ -164,11 +164,27 @@ def test_define_by_run_space_samples_lora_dimensions_and_learning_rates_by_metho
         fixed = suggest(trial, space, ["a", "b"], ["fp32"])
         method, rate = trial.params["method"], trial.params["learning_rate"]
         seen[method].append(rate)
-        assert ("lora_r" in trial.params) == (method == "lora")
-        assert fixed == {"warmup_ratio": space.warmup_ratio, "weight_decay": space.weight_decay}
+        assert ("lora_r" in trial.params) == (method == "lora") and "lora_alpha" not in trial.params
+        # alpha auto: a LoRA trial's alpha is twice the rank it drew, a constant of its configuration, not a dimension
+        alpha = {"lora_alpha": 2 * trial.params["lora_r"]} if method == "lora" else {}
+        assert fixed == {"warmup_ratio": space.warmup_ratio, "weight_decay": space.weight_decay, **alpha}
         study.tell(trial, -abs(rate - (1e-4 if method == "full" else 5e-4)) * 1e4)
     assert 1e-5 <= min(seen["full"]) and max(seen["full"]) <= 2e-4 and max(seen["full"]) > 1e-4, seen["full"]
     assert 5e-5 <= min(seen["lora"]) and max(seen["lora"]) <= 1e-3 and max(seen["lora"]) > 2e-4, seen["lora"]
+
+
+def test_lora_alpha_is_searched_only_where_the_file_lists_it_and_a_point_may_not_set_a_derived_one():
+    listed = SpaceConfig(method=[Method.lora], lora_r=[4, 8], lora_alpha=[8, 32])
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    trials = [study.ask() for _ in range(12)]
+    fixed = [suggest(trial, listed, ["a"], ["fp32"]) for trial in trials]
+    assert {t.params["lora_alpha"] for t in trials} == {8, 32} and all("lora_alpha" not in f for f in fixed)
+    derived = SpaceConfig(method=[Method.lora], lora_r=[4, 8])
+    assert derived.lora_alpha == "auto" and "lora_alpha" not in categorical_choices(derived, ["a"], ["fp32"])
+    assert derived.point_problem({"method": "lora", "lora_r": 4}, ["a"]) is None
+    problem = derived.point_problem({"method": "lora", "lora_r": 4, "lora_alpha": 8}, ["a"])
+    assert problem and "space.lora_alpha is auto" in problem
+    assert listed.point_problem({"method": "lora", "lora_r": 4, "lora_alpha": 8}, ["a"]) is None
 
 
 def test_a_space_of_full_fine_tuning_and_adapters_searches_each_in_its_own_range():

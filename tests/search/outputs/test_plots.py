@@ -92,7 +92,7 @@ def test_the_replayed_study_holds_the_trials_with_the_space_types_and_best_value
     assert [t.value for t in study.trials] == pytest.approx([0.62, 0.71, 0.38, 0.64])  # best of each, not last
     lora = study.trials[1]
     assert lora.params == {"model": "tiny-b", "precision": "bf16", "method": "lora", "effective_batch_size": 16,
-                           "lora_r": 8, "lora_alpha": 32, "learning_rate": 0.019, "warmup_ratio": 0.02}
+                           "lora_r": 8, "learning_rate": 0.019, "warmup_ratio": 0.02}  # alpha: 2r, no dimension
     assert lora.intermediate_values == {5: 0.47, 10: 0.71, 15: 0.66}
     assert "lora_r" not in study.trials[0].params  # conditional, as the space samples it
     assert set(study.trials[0].distributions) == {"model", "precision", "effective_batch_size", "method",
