@@ -64,6 +64,23 @@ def within_limit(config: SweepConfig, inputs: PlanInputs, limit: float, elapsed:
     return Allowance(max(search, 1.0), fitted, division)
 
 
+def unused_words(plan: dict, phase_seconds: dict[str, float], wall_seconds: float) -> str | None:
+    """After a run under search.time_limit, what it left of its limit and where the difference came from: the
+    search's phase against its budget, the export's against its estimate (the rules' until this machine's exports
+    calibrate it), and the share within_limit keeps spare by design. None without a limit, or past it (the
+    predicted end and the real one are in summary.json either way)."""
+    limit = plan.get("time_limit_seconds")
+    if not limit or wall_seconds >= limit:
+        return None
+    predicted_export = plan.get("export_seconds") or 0.0
+    spare = EXPORT_ESTIMATE_MARGIN * predicted_export + LIMIT_OVERHEAD_SECONDS
+    unused = limit - wall_seconds
+    return (f"{unused:.0f} s of the {limit:.0f} s limit unused ({unused / limit:.0%}): the search took "
+            f"{phase_seconds.get('search', 0.0):.0f} s of its {plan.get('budget_seconds') or 0.0:.0f} s budget, the "
+            f"export {phase_seconds.get('export', 0.0):.0f} s of the {predicted_export:.0f} s predicted, and "
+            f"{spare:.0f} s were kept for Ray, the records, the exit and the export estimate's error")
+
+
 def fit_export(export: ExportConfig, task: Task, estimate: Callable[[ExportConfig], float], seconds_left: float,
                cuda: bool) -> tuple[ExportConfig, str | None]:
     """The export as it will run, and the sentence that says what changed (None: nothing did). Where its `estimate`

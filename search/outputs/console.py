@@ -10,6 +10,7 @@ from rich.console import Console as RichConsole
 from rich.table import Table
 from rich.text import Text
 
+from finesweep.search.budget.limit import unused_words
 from finesweep.search.selection.best import EQUAL_TIME_TRIAL
 from finesweep.search.tracking.tags import END_STATE_TAG
 
@@ -152,6 +153,9 @@ class Console:
         limit = (summary.get("plan") or {}).get("time_limit_seconds")
         within = f" of the {limit:g} s limit" if limit else ""
         self.print(f"wall time {summary.get('wall_seconds')} s{within} ({phases}); export: {summary.get('export_dir')}")
+        if unused := unused_words(summary.get("plan") or {}, summary.get("phase_seconds") or {},
+                                  summary.get("wall_seconds") or 0.0):
+            self.print(unused)
         self.print(f"MLflow store {tracking_uri} (experiment {experiment_id}); open it with: finesweep ui")
 
 

@@ -672,6 +672,21 @@ def test_an_equal_time_baseline_is_planned_as_the_searchs_time_again_and_a_time_
     assert f"search {search:.0f} s, and up to as long again for the baseline at equal time, export" in division
 
 
+def test_a_run_that_ends_inside_its_limit_says_how_much_it_left_and_where_from():
+    """The LLM example's first run under 10m ended after 540 s: its export took 82 s of the 110 s the rules
+    predicted. The run's last lines say what was left and which phase came in under its plan."""
+    from finesweep.search.budget import limit
+
+    plan = {"time_limit_seconds": 600.0, "budget_seconds": 349.9, "export_seconds": 110.4}
+    words = limit.unused_words(plan, {"data": 33.2, "probe": 59.1, "search": 359.4, "export": 81.6}, 539.7)
+    spare = limit.EXPORT_ESTIMATE_MARGIN * 110.4 + limit.LIMIT_OVERHEAD_SECONDS
+    assert words == ("60 s of the 600 s limit unused (10%): the search took 359 s of its 350 s budget, the export "
+                     f"82 s of the 110 s predicted, and {spare:.0f} s were kept for Ray, the records, the exit and "
+                     "the export estimate's error")
+    assert limit.unused_words(plan, {}, 605.0) is None, "past the limit: nothing unused"
+    assert limit.unused_words({"budget_seconds": 300.0}, {}, 100.0) is None, "no limit"
+
+
 def test_a_time_limit_that_cannot_pay_for_one_trial_is_refused_before_training_with_what_would_fit():
     from finesweep.search.budget import limit
     from finesweep.spaces import SweepFileError
