@@ -43,6 +43,19 @@ def settled(pick: Best | None, continued, mode: str, validation_rows: int) -> Be
     return latest if shortfall <= standard_error(pick.value, validation_rows, mode) else pick
 
 
+def tied_leader(pick: Best, results, mode: str, validation_rows: int) -> tuple[Best, float] | None:
+    """The lucky-winner guard: the best evaluation of another trial, and the noise of the two scores' difference,
+    where `pick`'s lead over it is smaller than that noise (their standard errors' root sum of squares on
+    `validation_rows` rows): the validation split cannot tell the two configurations apart, and which one the rest
+    of the budget trains would be a coin's toss. None where the lead is larger, or no noise model applies (a loss)."""
+    other = pick_best([r for r in results if (r.metrics or {}).get("trial_id") != pick.trial_id], pick.metric, mode)
+    if other is None:
+        return None
+    noise = math.hypot(standard_error(pick.value, validation_rows, mode),
+                       standard_error(other.value, validation_rows, mode))
+    return (other, noise) if abs(pick.value - other.value) < noise else None
+
+
 def standard_error(value: float, rows: int, mode: str) -> float:
     """One standard error of an accuracy-like metric (maximised, between 0 and 1) measured on `rows` rows; 0 for
     anything else (a loss, a perplexity: no noise model here)."""
