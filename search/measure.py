@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from finesweep.search.probe.steer import (dominated_precisions, fastest_first, s
 from finesweep.search.probe.answers import machine_probe_file
 from finesweep.search.probe.table import ProbeResult, probe_all, probe_worker
 from finesweep.search.probe.worker import ProbeWorker
+from finesweep.search.range_test import Narrowing, RangeTestInputs, learning_rates, narrow_learning_rates
 from finesweep.spaces import Method, SweepConfig, SweepFileError
 from finesweep.spaces.grid import grid_configurations
 from finesweep.trainer.gguf import check_gguf
@@ -107,6 +108,7 @@ class Measured:
     console: Console
     device: Device
     clock: PhaseClock
+    narrowings: list[Narrowing] = field(default_factory=list)  # the learning-rate range tests' answers
 
 
 def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, started: float | None = None,
@@ -152,8 +154,11 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
     config, precisions, probes = steer_by_speed(config, precisions, probes, console)
     config = drop_unfit_models(config, probes, console)
     config = share_devices(config, device, kept_probes(config, precisions, probes), console)
-    clock.lap("probe")
-    return Measured(config, folder, data, probes, precisions, console, device, clock)
+    narrowings = [] if recorded_probes is not None else narrow_learning_rates(
+        RangeTestInputs(config, data.tokenized, data.prepared.label_names, kept_probes(config, precisions, probes),
+                        precisions[0], folder.cache), console)
+    clock.lap("probe")  # the range tests are the probe's phase: what the sweep measured before it searched
+    return Measured(config, folder, data, probes, precisions, console, device, clock, narrowings)
 
 
 def steer_by_speed(config: SweepConfig, precisions: list[str], probes: dict[str, Any],
@@ -206,13 +211,22 @@ def plan_trials(inputs: Measured, address: str | None) -> SearchPlan:
         export_thread_ratio=_export_thread_ratio(config, device), export_calibration=calibration,
         elapsed_seconds=elapsed, grid_size=grid_size)
     if measured is None:
-        return unplanned(config, concurrency, elapsed, grid_size)
+        return with_narrowed_rates(unplanned(config, concurrency, elapsed, grid_size), inputs.narrowings)
     limit = config.search.time_limit_seconds
     plan = search_plan(config, measured, within_limit(config, measured, limit, elapsed) if limit else None)
+    plan = with_narrowed_rates(plan, inputs.narrowings)
     inputs.console.plan(plan, elapsed)
     if warning := one_trial_warning(config, measured, plan):
         inputs.console.warn(warning)
     return plan
+
+
+def with_narrowed_rates(plan: SearchPlan, narrowings: list[Narrowing]) -> SearchPlan:
+    """The plan with the learning-rate ranges the range tests narrowed, and a note per test of what it read."""
+    if not narrowings:
+        return plan
+    return replace(plan, learning_rates=learning_rates(narrowings),
+                   notes=[*plan.notes, *(n.words() for n in narrowings)])
 
 
 def _cuda_present() -> bool:

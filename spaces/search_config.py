@@ -183,6 +183,10 @@ class SearchConfig(Section):
         "mapping sets its fields (model, method, ..., budget); off = none."))
     exploit: ExploitConfig = Field(default_factory=ExploitConfig, description=(
         "The rest of the time budget to the winner after the search (search.exploit.*)."))
+    lr_range_test: Literal["auto", "on", "off"] = Field("auto", description=(
+        "A short run per model and method whose space.learning_rate spans over a decade, at rates rising through it; "
+        "the trials sample the decade under where the loss stopped falling. auto: where it costs 5% of the sweep's "
+        "time or less; on: always; off: never."))
     initial_points: list[dict[str, Any]] = Field(default_factory=list, description=(
         "Configurations tried first, after the baseline (e.g. your current recipe); unlisted dimensions are sampled. "
         "Empty: TPE tries the space's centre first (each range's middle, geometric for a log range; the middle batch "
@@ -201,6 +205,12 @@ class SearchConfig(Section):
     pick_tolerance: float = Field(0.01, ge=0, description=(
         "pick: fastest_within: how far (absolute, in the metric's units, inclusive) a trial's best metric may fall "
         "short of the best."))
+
+    @field_validator("lr_range_test", mode="before")
+    @classmethod
+    def _switch_words(cls, value: Any) -> Any:
+        """YAML reads a bare on and off as true and false: they mean the words."""
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
     @model_validator(mode="before")
     @classmethod

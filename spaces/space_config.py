@@ -246,6 +246,18 @@ class SpaceConfig(Section):
         (search/budget/dropout_default.py); a space whose dropout the file sets, as it is."""
         return self.model_copy(update={"dropout": rate}) if self.dropout == AUTO_DROPOUT else self
 
+    def with_learning_rates(self, narrowed: dict[str, list[float]]) -> SpaceConfig:
+        """This space with the learning-rate ranges of the methods in `narrowed` (method -> [low, high], what the
+        range test left: search/range_test.py) in place of the file's, on the file's scale; the rest as they are."""
+        if not narrowed:
+            return self
+        ranges = {m.value: self.float_dimension("learning_rate", m) for m in self.method}
+        for method, (low, high) in narrowed.items():
+            ranges[method] = FloatRange(low=low, high=high, log=ranges[method].log)
+        if len(self.method) == 1:
+            return self.model_copy(update={"learning_rate": ranges[self.method[0].value]})
+        return self.model_copy(update={"learning_rate": MethodLearningRates.model_validate(ranges)})
+
     @field_validator("dropout", mode="before")
     @classmethod
     def _checkpoint_dropout(cls, value: Any) -> Any:

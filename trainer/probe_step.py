@@ -301,7 +301,7 @@ def worker_main(connection, device: str, threads: int, log_file: str | None = No
     (bitsandbytes' and torchao's kernels, torch's notices) stay off the terminal; an attempt's failure comes back
     in its answer."""
     if log_file:
-        _stderr_to(log_file)
+        stderr_to(log_file)
     import torch
     import transformers.modeling_utils  # noqa: F401 - imported before READY, so no attempt's time includes it
 
@@ -320,7 +320,7 @@ def worker_main(connection, device: str, threads: int, log_file: str | None = No
         connection.send(asdict(attempt))
 
 
-def _stderr_to(log_file: str) -> None:
+def stderr_to(log_file: str) -> None:
     """This process's standard error appended to `log_file`: Python's writes and native libraries' alike."""
     stream = open(log_file, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - the process's stderr until it ends
     os.dup2(stream.fileno(), 2)

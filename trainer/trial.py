@@ -185,7 +185,7 @@ def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
     task = Task(plan.task)
     candidate = ModelCandidate(**plan.candidate)
     tokenizer = models.load_tokenizer(candidate, plan.trust_remote_code, text_pairs=plan.text_pairs)
-    model = _load_model(plan, candidate, task, tokenizer)
+    model = load_trial_model(plan, candidate, task, tokenizer)
     splits = data.load_tokenized(Path(plan.tokenized_dir))
     return _evaluating_by_length()(
         model=model,
@@ -264,7 +264,8 @@ def divergence_limit(model, task: Task) -> float:
     return EXPLOSION_FACTOR * math.log(max(choices, 2))
 
 
-def _load_model(plan: TrialPlan, candidate: ModelCandidate, task: Task, tokenizer):
+def load_trial_model(plan: TrialPlan, candidate: ModelCandidate, task: Task, tokenizer):
+    """The plan's model as its trials train it (method, precision, adapters, dropout, frozen embeddings), seeded."""
     from transformers import set_seed
 
     # The new head (and LoRA's adapters) are initialised here, before the Trainer seeds anything: seed now, or

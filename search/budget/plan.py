@@ -24,6 +24,7 @@ from finesweep.search.probe.table import ProbeResult
 from finesweep.spaces import SweepConfig
 from finesweep.spaces.config import ExportConfig
 from finesweep.spaces.search_config import SearchConfig
+from finesweep.spaces.space_config import SpaceConfig
 from finesweep.spaces.grid import grid_trials
 
 SIMULATIONS = 31  # seeded runs of the search; the plan reports their median
@@ -62,6 +63,13 @@ class SearchPlan:
     export: ExportConfig = field(default_factory=ExportConfig)  # as it will run (limit.py may lighten the file's)
     elapsed_seconds: float = 0.0  # the command's seconds before the search: data and probe
     time_limit_seconds: float | None = None  # search.time_limit, which bounds the whole command
+    # Per method, the learning-rate range its trials sample where the range test narrowed the file's
+    # (search/range_test.py): method -> [low, high]; sampled_space reads it.
+    learning_rates: dict[str, list[float]] = field(default_factory=dict)
+
+    def sampled_space(self, space: SpaceConfig) -> SpaceConfig:
+        """The space as the trials sample it: dropout auto resolved, the learning rates the range test narrowed."""
+        return space.with_auto_dropout(self.auto_dropout).with_learning_rates(self.learning_rates)
 
     def steps_per_evaluation(self, times: CombinationTimes) -> float:
         """Optimizer steps between evaluations at the space's mean effective batch."""
@@ -131,7 +139,7 @@ class SearchPlan:
         """The plan to_dict recorded (a resume goes on with the plan its sweep started with)."""
         combinations = [CombinationTimes(key, **{name: times[name] for name in COMBINATION_FIELDS if name in times})
                         for key, times in record["combinations"].items()]
-        own = {f.name: record[f.name] for f in fields(cls)}
+        own = {f.name: record[f.name] for f in fields(cls) if f.name in record}  # a field added since: its default
         return cls(**{**own, "combinations": combinations, "simulated": Simulated(**record["simulated"]),
                       "export": ExportConfig.model_validate(record["export"])})
 

@@ -36,13 +36,14 @@ class DistinctGridSampler(GridSampler):
 
 def make_searcher(config: SweepConfig, plan: SearchPlan, precisions: list[str]):
     """Optuna through Ray Tune: multivariate TPE (seeded), or random or grid search as a baseline, over the space
-    with the plan's dropout where the file leaves it to auto."""
+    as the plan leaves it (SearchPlan.sampled_space: dropout auto resolved, learning rates the range test narrowed)."""
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     baseline = sweep_baseline(config, precisions)
-    points = first_points(config, precisions, (baseline or {}).get("method"))
+    sampled = plan.sampled_space(config.space)
+    points = first_points(config.model_copy(update={"space": sampled}), precisions, (baseline or {}).get("method"))
     if baseline is not None and points:
         points.insert(0, {})  # the baseline takes the study's first trial: the points follow it, none lost
     if config.search.algorithm == "tpe":
@@ -55,14 +56,13 @@ def make_searcher(config: SweepConfig, plan: SearchPlan, precisions: list[str]):
             seed=config.seed, multivariate=True,
             n_startup_trials=fixed + tpe_startup_trials(max(planned_trials(config, plan) - fixed, 1)))
     elif config.search.algorithm == "grid":
-        values = grid(config.space, config.model_names, precisions, config.search.grid_points)
-        rates = method_rates(config.space, values, config.search.grid_points)
+        values = grid(sampled, config.model_names, precisions, config.search.grid_points)
+        rates = method_rates(sampled, values, config.search.grid_points)
         sampler = DistinctGridSampler(values, config.seed, rates)
     else:
         sampler = optuna.samplers.RandomSampler(seed=config.seed)
-    space = functools.partial(suggest_or_baseline, space=config.space.with_auto_dropout(plan.auto_dropout),
-                              models=config.model_names,
-                              precisions=precisions, baseline=baseline)
+    space = functools.partial(suggest_or_baseline, space=sampled, models=config.model_names, precisions=precisions,
+                              baseline=baseline)
     # With a second objective, metric and mode are lists and the study has two directions (TPE, random and grid
     # all sample for it). OptunaSearch then tells each trial's LAST result, [metric, throughput], when the trial
     # ends (it skips intermediate reports for several objectives); the throughput there is the trial's own average.

@@ -37,3 +37,23 @@ def test_a_time_limit_counts_from_the_process_start_not_from_the_commands_first_
             "print(time.time() - process_started())")
     age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert 1.5 <= age < 60
+
+
+def test_the_range_test_narrows_a_planted_range_and_the_plan_says_so(tmp_path):
+    """Six decades planted, 1e-5 to 10: a tiny classifier's loss climbs well before 10, so the test must leave a
+    decade at most, under the rate where it climbed; a second plan reads the sweep folder's answer."""
+    sweep = (SWEEP.replace("learning_rate: {low: 3.0e-3, high: 3.0e-2, log: true}",
+                           "learning_rate: {low: 1.0e-5, high: 10.0, log: true}")
+             .replace("search:\n", "search:\n  lr_range_test: on\n")
+             .replace("precision: [fp32, bf16]", "precision: [fp32]"))
+    tiny.classification_folder(tmp_path, sweep, rows=300)
+    result = finesweep("plan", "sweep.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = " ".join(result.stdout.split())
+    ranges = re.findall(r"plan: learning-rate range test, (tiny-[ab]) full \(\d+ s\): 1e-05\.\.10 -> "
+                        r"([0-9.e+-]+)\.\.([0-9.e+-]+):", out)
+    assert sorted(model for model, _, _ in ranges) == ["tiny-a", "tiny-b"], out[-3000:]  # one test per model
+    for _, low, high in ranges:
+        assert 1e-5 <= float(low) < float(high) <= 1.0 and float(high) <= 10.01 * float(low), (low, high)
+    again = " ".join(finesweep("plan", "sweep.yaml", cwd=tmp_path).stdout.split())
+    assert again.count("full (cached)") == 2 and "Learning-rate range test:" not in again

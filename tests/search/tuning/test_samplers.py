@@ -36,3 +36,20 @@ def test_the_sweeps_tpe_sampler_gets_that_number_after_its_first_trials(search, 
     sampler = optuna_study_of(make_searcher(config, unplanned(config, 1), ["fp32"])).sampler
     assert type(sampler).__name__ == "TPESampler"
     assert optuna_compat.tpe_startup_trials_of(sampler) == startup
+
+
+def test_the_searcher_samples_the_learning_rates_the_range_test_narrowed():
+    """A plan whose range test narrowed LoRA's range to 2e-4..1e-3: the centre and every sampled LoRA trial lie in
+    it; full fine-tuning, which the test left as written, keeps its range."""
+    from dataclasses import replace
+
+    config = SweepConfig.model_validate({**MINIMAL, "space": {"method": ["full", "lora"], "effective_batch_size": [8]},
+                                         "search": {"algorithm": "random", "num_trials": 30, "baseline": "off"}})
+    plan = replace(unplanned(config, 1), learning_rates={"lora": [2e-4, 1e-3]})
+    searcher = make_searcher(config, plan, ["fp32"])
+    rates = {"full": [], "lora": []}
+    for number in range(30):
+        point = searcher.suggest(f"t{number}")
+        rates[point["method"]].append(point["learning_rate"])
+    assert rates["lora"] and all(2e-4 <= rate <= 1e-3 for rate in rates["lora"])
+    assert rates["full"] and all(1e-5 <= rate <= 2e-4 for rate in rates["full"]) and min(rates["full"]) < 1e-4
