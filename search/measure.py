@@ -156,7 +156,7 @@ def measure_inputs(config: SweepConfig, folder: SweepFolder, console: Console, s
     config = share_devices(config, device, kept_probes(config, precisions, probes), console)
     narrowings = [] if recorded_probes is not None else narrow_learning_rates(
         RangeTestInputs(config, data.tokenized, data.prepared.label_names, kept_probes(config, precisions, probes),
-                        precisions[0], folder.cache), console)
+                        precisions[0], folder.cache, usable_cores()), console)
     clock.lap("probe")  # the range tests are the probe's phase: what the sweep measured before it searched
     return Measured(config, folder, data, probes, precisions, console, device, clock, narrowings)
 

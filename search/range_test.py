@@ -2,10 +2,10 @@
 tested, each test in a fresh process with its answer cached in the sweep folder, and the narrower range each answer
 gives the sampler.
 
-Reading a test (Smith 2017, section 3.3): the rate where the training loss stops falling is the highest worth
+Reading a test (Smith 2017, section 3.3): the rate where the loss stops falling is the highest worth
 sampling, and the decade below it holds the rates that learn without diverging. A loss that never fell before it
-rose narrows to the decade a decade under where it rose (fastai's rule: a tenth of the rate at which the loss
-climbs). A loss that did neither tells nothing, and the range stays the user's."""
+rose narrows to the decade that ends at a tenth of the rate where it rose (fastai's rule: a tenth of the rate at
+which the loss climbs). A loss that did neither tells nothing, and the range stays the user's."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from finesweep.spaces import SweepConfig
 from finesweep.spaces.space import centre_point
 from finesweep.spaces.space_config import FloatRange
 from finesweep.spaces.files import write_json_atomic
-from finesweep.trainer.lr_range import RangeStep, range_test_in_process
+from finesweep.trainer.lr_range import RECORDED, RangeStep, range_test_in_process
 from finesweep.trainer.trial import TrialPlan, plan_batches
 
 DECADE = 10.0
@@ -81,13 +81,13 @@ def read_test(steps: list[RangeStep], low: float, high: float) -> tuple[float, f
                 diverged_at)
     if loss[lowest] <= (1 - MIN_DROP) * loss[0]:
         top = finite[lowest].learning_rate
-        reading = (f"the training loss fell to {loss[lowest]:.3g} (from {loss[0]:.3g}) by rate {top:.2g}"
+        reading = (f"the held-out batch's loss fell to {loss[lowest]:.3g} (from {loss[0]:.3g}) by rate {top:.2g}"
                    + (f" and rose past it (by {rose:.2g})" if rose else ", still falling at the range's top"))
         return _decade_under(top, low, high) + (reading,)
     if rose:
-        reading = f"the training loss did not fall before it rose at rate {rose:.2g}: the decade that ends at a tenth of it"
+        reading = f"the held-out batch's loss did not fall before it rose at rate {rose:.2g}: the decade that ends at a tenth of it"
         return _decade_under(rose / DECADE, low, high) + (reading,)
-    return low, high, "the training loss neither fell nor rose over the range: the test tells nothing"
+    return low, high, "the held-out batch's loss neither fell nor rose over the range: the test tells nothing"
 
 
 def _decade_under(top: float, low: float, high: float) -> tuple[float, float]:
@@ -127,6 +127,7 @@ class RangeTestInputs:
     probes: dict[str, Any]  # combination_key -> ProbeResult, the space's kept combinations
     precision: str  # the fastest kept: the tests train in it
     cache_dir: Path
+    threads: int  # the CPU cores the sweep may use: a test runs alone
 
 
 def narrow_learning_rates(inputs: RangeTestInputs, console) -> list[Narrowing]:
@@ -190,7 +191,7 @@ def _test_plan(inputs: RangeTestInputs, model: str, method: str) -> TrialPlan | 
         precision=inputs.precision, method=method, learning_rate=0.0, weight_decay=_fixed(centre, config, "weight_decay"),
         warmup_ratio=0.0, batch=plan_batches(centre["effective_batch_size"], probe.micro_batch),
         eval_batch=probe.micro_batch, max_steps=RANGE_TEST_STEPS, eval_every_steps=RANGE_TEST_STEPS,
-        seed=config.seed, threads=int(config.resources.cpus_per_trial), trust_remote_code=config.trust_remote_code,
+        seed=config.seed, threads=inputs.threads, trust_remote_code=config.trust_remote_code,
         lora_r=rank, lora_alpha=alpha, lora_dropout=config.space.lora_dropout,
         freeze_embeddings=config.space.freezes_embeddings(config.data.task, method),
         gradient_checkpointing=probe.gradient_checkpointing, use_gpu=config.resources.gpus_per_trial != 0,
@@ -205,7 +206,7 @@ def _fixed(centre: dict[str, Any], config: SweepConfig, name: str) -> float:
 
 def _predicted(inputs: RangeTestInputs, plan: TrialPlan) -> float:
     probe = inputs.probes[combination_key(plan.candidate["name"], plan.precision, plan.method)]
-    return range_test_seconds(probe.samples_per_second, plan.batch.effective, probe.load_seconds)
+    return range_test_seconds(probe.samples_per_second, plan.batch.effective, plan.batch.micro, probe.load_seconds)
 
 
 class _TestProcess:
@@ -236,9 +237,10 @@ class _TestProcess:
 
 
 def _cache_key(plan: TrialPlan, low: float, high: float) -> str:
-    """What a test's answer depends on: its run (model, data folder, method, precision, batch, seed, steps) and range."""
+    """What a test's answer depends on: its run (model, data folder, method, precision, batch, seed, steps), its range
+    and what it records."""
     recipe = {k: v for k, v in asdict(replace(plan, output_dir="", threads=0)).items()}
-    return hashlib.sha256(json.dumps([recipe, low, high], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([recipe, low, high, RECORDED], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _read_cache(cache_dir: Path) -> dict[str, list[dict[str, float]]]:

@@ -1,7 +1,11 @@
 """A learning-rate range test (Smith 2017, "Cyclical Learning Rates for Training Neural Networks", section 3.3):
 one short training run whose rate rises geometrically from a range's low end to its high end, one optimizer step
-at each rate, recording the training loss. Where that loss bottoms out and turns up is the rate past which
-training stops improving; what to make of it is the controller's (search/range_test.py)."""
+at each rate. Where the loss bottoms out and turns up is the rate past which training stops improving; what to make
+of it is the controller's (search/range_test.py).
+
+The loss recorded after each step is that of one fixed batch of validation rows, not the step's own training batch:
+Smith's test smooths the training loss over a hundred steps, and over twenty the batches' own differences drown the
+rate's effect (on the LLM example's chat rows, batches of 8 scored 1.5 to 3.5 from one step to the next)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ from finesweep.trainer import data, models
 from finesweep.trainer.probe_step import stderr_to
 from finesweep.trainer.trial import TrialPlan, load_trial_model
 
+# What each step records, in words: part of the key of a cached answer, so that one recorded otherwise is not read.
+RECORDED = "the loss of a fixed batch of validation rows after each step, random training batches"
 # The test stops once the loss is this many times the lowest so far: past that point it only diverges further.
 DIVERGED_FACTOR = 4.0
 
@@ -34,12 +40,12 @@ def step_rate(low: float, high: float, steps: int, step: int) -> float:
 
 def range_test(plan: TrialPlan, low: float, high: float) -> list[RangeStep]:
     """Train `plan` (its model, method, precision, batch and data; its learning rate and length are replaced) for
-    plan.max_steps optimizer steps at rates from `low` to `high`; returns each step's rate and loss, up to the step
-    where the loss diverged (DIVERGED_FACTOR) or went non-finite."""
+    plan.max_steps optimizer steps at rates from `low` to `high`, in random batches; returns each step's rate and the
+    loss of the fixed batch after it, up to the step where that loss diverged (DIVERGED_FACTOR) or went non-finite."""
     import torch
 
     torch.set_num_threads(max(1, plan.threads))
-    plan = replace(plan, learning_rate=low, warmup_ratio=0.0)
+    plan = replace(plan, learning_rate=low, warmup_ratio=0.0, group_by_length=False)
     trainer = _trainer(plan, high)
     trainer.train()
     return trainer.range_steps
@@ -59,9 +65,12 @@ def _trainer(plan: TrialPlan, high: float):
     tokenizer = models.load_tokenizer(candidate, plan.trust_remote_code, text_pairs=plan.text_pairs)
     model = load_trial_model(plan, candidate, task, tokenizer)
     splits = data.load_tokenized(Path(plan.tokenized_dir))
+    collator = data.collator(tokenizer, task)
+    held_out = splits["validation"] if "validation" in splits and len(splits["validation"]) else splits["train"]
+    fixed = collator([held_out[i] for i in range(min(plan.batch.micro, len(held_out)))])
     return _range_trainer_class()(
-        plan=plan, high=high, model=model, args=_arguments(plan), train_dataset=splits["train"],
-        data_collator=data.collator(tokenizer, task), processing_class=tokenizer)
+        plan=plan, high=high, fixed=fixed, model=model, args=_arguments(plan), train_dataset=splits["train"],
+        data_collator=collator, processing_class=tokenizer)
 
 
 def _arguments(plan: TrialPlan):
@@ -82,7 +91,8 @@ def _arguments(plan: TrialPlan):
 
 def _range_trainer_class():
     """transformers' Trainer with the test's schedule (its designed hook, create_scheduler) and a callback that
-    records each step's loss and stops at divergence."""
+    scores the fixed batch after every optimizer step and stops at divergence."""
+    import torch
     from torch.optim.lr_scheduler import LambdaLR
     from transformers import PrinterCallback, Trainer, TrainerCallback
 
@@ -90,23 +100,21 @@ def _range_trainer_class():
         def __init__(self, trainer):
             self.trainer = trainer
 
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            loss = (logs or {}).get("loss")
-            if loss is None:
-                return
+        def on_step_end(self, args, state, control, **kwargs):
             owner = self.trainer
+            loss = owner.fixed_loss()
             rate = step_rate(args.learning_rate, owner.high, args.max_steps, state.global_step)
-            owner.range_steps.append(RangeStep(state.global_step, rate, float(loss)))
+            owner.range_steps.append(RangeStep(state.global_step, rate, loss))
             lowest = min(s.loss for s in owner.range_steps)
             if not math.isfinite(loss) or loss > DIVERGED_FACTOR * lowest:
                 control.should_training_stop = True
 
     class RangeTrainer(Trainer):
-        def __init__(self, *, plan: TrialPlan, high: float, **kwargs):
+        def __init__(self, *, plan: TrialPlan, high: float, fixed: dict, **kwargs):
             super().__init__(**kwargs)
-            self.high, self.range_steps = high, []
+            self.high, self.fixed, self.range_steps = high, fixed, []
             self.add_callback(Recorder(self))
-            self.remove_callback(PrinterCallback)  # each step's log is the test's record, not the terminal's
+            self.remove_callback(PrinterCallback)  # the test's record is range_steps, not the terminal
             self._steps = plan.max_steps
 
         def create_scheduler(self, num_training_steps, optimizer=None):
@@ -116,5 +124,13 @@ def _range_trainer_class():
                 self.lr_scheduler = LambdaLR(optimizer or self.optimizer,
                                              lambda k: ratio ** (k / max(self._steps - 1, 1)))
             return self.lr_scheduler
+
+        def fixed_loss(self) -> float:
+            """The fixed batch's loss as the model stands, in the trials' precision, dropout off."""
+            self.model.eval()
+            with torch.no_grad(), self.compute_loss_context_manager():
+                loss = self.compute_loss(self.model, self._prepare_inputs(dict(self.fixed)))
+            self.model.train()
+            return float(loss)
 
     return RangeTrainer
