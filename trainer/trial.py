@@ -19,6 +19,7 @@ from finesweep.trainer import data, models
 from finesweep.trainer.metrics import classification_metrics, with_perplexity
 from finesweep.trainer.models import CHECKPOINTING_KWARGS
 from finesweep.trainer.probe_step import device_gauge
+from finesweep.trainer.row_scores import RowCollector
 
 log = logging.getLogger(__name__)
 
@@ -187,37 +188,58 @@ def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
     tokenizer = models.load_tokenizer(candidate, plan.trust_remote_code, text_pairs=plan.text_pairs)
     model = load_trial_model(plan, candidate, task, tokenizer)
     splits = data.load_tokenized(Path(plan.tokenized_dir))
+    order = longest_first(splits["validation"])
+    rows = RowCollector(order)
     return _evaluating_by_length()(
+        rows=rows,
+        causal=task == Task.causal_lm,
         model=model,
         args=_training_arguments(plan),
         train_dataset=splits["train"],
-        eval_dataset=by_length(splits["validation"]),
+        eval_dataset=splits["validation"].select(order),
         data_collator=data.collator(tokenizer, task),
         processing_class=tokenizer,
         compute_metrics=classification_metrics if task == Task.classification else None,
-        callbacks=[_sink_callback(sink, task, divergence_limit(model, task)), *_deadline(plan)],
+        callbacks=[_sink_callback(sink, task, divergence_limit(model, task), rows), *_deadline(plan)],
     )
 
 
-def by_length(split):
-    """The split's rows, longest first: evaluated in that order, each batch pads to about its own rows' length."""
+def longest_first(split) -> list[int]:
+    """The split's row indices, longest row first: evaluated in that order, each batch pads to about its own rows'
+    length."""
     lengths = [len(ids) for ids in split["input_ids"]]
-    return split.select(sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True))
+    return sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True)
 
 
 def _evaluating_by_length():
-    """transformers' Trainer, evaluating the validation split in the order given (by_length's) on one process. Its
-    own order sorts megabatches of a quarter of a shuffled split's batches (LengthGroupedSampler), so a small split's
-    batches pad to their longest row: the LLM example's 64 validation conversations took 21 s in fp32 on 2 cores,
-    15 s sorted."""
+    """transformers' Trainer, evaluating the validation split in the order given (longest_first's) on one process,
+    each row's own score kept (trainer/row_scores.py). Its own order sorts megabatches of a quarter of a shuffled
+    split's batches (LengthGroupedSampler), so a small split's batches pad to their longest row: the LLM example's 64
+    validation conversations took 21 s in fp32 on 2 cores, 15 s sorted."""
     from torch.utils.data import SequentialSampler
     from transformers import Trainer
 
     class EvaluatingByLength(Trainer):
+        def __init__(self, *, rows: RowCollector, causal: bool, **kwargs):
+            super().__init__(**kwargs)
+            self.rows, self.causal = rows, causal
+
         def _get_eval_sampler(self, eval_dataset):
             if self.args.world_size > 1 or eval_dataset is None:  # shards across processes: transformers' own
                 return super()._get_eval_sampler(eval_dataset)
             return SequentialSampler(eval_dataset)
+
+        def evaluate(self, *args, **kwargs):
+            self.rows.reset()
+            return super().evaluate(*args, **kwargs)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if model.training or "labels" not in inputs:
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            labels = inputs["labels"]
+            loss, outputs = super().compute_loss(model, inputs, True, num_items_in_batch)
+            self.rows.add(outputs["logits"], labels, self.causal)
+            return (loss, outputs) if return_outputs else loss
 
     return EvaluatingByLength
 
@@ -327,8 +349,9 @@ def _training_arguments(plan: TrialPlan):
     )
 
 
-def _sink_callback(sink: EvaluationSink, task: Task, loss_limit: float):
-    """A TrainerCallback that hands logs and each evaluation, with its checkpoint, to the sink."""
+def _sink_callback(sink: EvaluationSink, task: Task, loss_limit: float, rows: RowCollector):
+    """A TrainerCallback that hands logs and each evaluation, with its checkpoint, to the sink; the checkpoint holds
+    the evaluation's row scores (where it scored every row: not a data-parallel trial's shards)."""
     from transformers import TrainerCallback
 
     class SinkCallback(TrainerCallback):
@@ -357,6 +380,8 @@ def _sink_callback(sink: EvaluationSink, task: Task, loss_limit: float):
             if self.last_eval is None:
                 return
             checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if (scores := rows.scores()) is not None and checkpoint.is_dir():
+                scores.save(checkpoint)
             sink.on_evaluation(state.global_step, {**self.last_eval, **self.throughput.so_far(state, args)},
                                checkpoint)
             self.last_eval = None

@@ -1,14 +1,16 @@
 """Which evaluation of the winner's lineage the export takes: the search's winner or its continuation's, where the
-continuation starts (the winning trial's latest kept checkpoint), and when a validation score's lead is noise. Pure:
-Tune's results and picks in, a pick out. No Ray, MLflow or torch."""
+continuation starts (the winning trial's latest kept checkpoint), and when a validation score's lead is noise. Tune's
+results and picks in, a pick out; the only files read are the checkpoints' row scores. No Ray, MLflow or torch."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from pathlib import Path
 
 from finesweep.search.selection.best import Best, kept_checkpoints, pick_best
+from finesweep.trainer.row_scores import RowScores
 
 
 def latest_checkpoint(winner: Best, results) -> Best:
@@ -45,15 +47,41 @@ def settled(pick: Best | None, continued, mode: str, validation_rows: int) -> Be
 
 def tied_leader(pick: Best, results, mode: str, validation_rows: int) -> tuple[Best, float] | None:
     """The lucky-winner guard: the best evaluation of another trial, and the noise of the two scores' difference,
-    where `pick`'s lead over it is smaller than that noise (their standard errors' root sum of squares on
-    `validation_rows` rows): the validation split cannot tell the two configurations apart, and which one the rest
-    of the budget trains would be a coin's toss. None where the lead is larger, or no noise model applies (a loss)."""
+    where `pick`'s lead over it is smaller than that noise: the validation split cannot tell the two configurations
+    apart, and which one the rest of the budget trains would be a coin's toss. The noise is the paired one where both
+    checkpoints hold their rows' scores (paired_noise), else, for an accuracy-like metric, their binomial standard
+    errors' root sum of squares on `validation_rows` rows. None where the lead is larger, or no noise is known."""
     other = pick_best([r for r in results if (r.metrics or {}).get("trial_id") != pick.trial_id], pick.metric, mode)
     if other is None:
         return None
-    noise = math.hypot(standard_error(pick.value, validation_rows, mode),
-                       standard_error(other.value, validation_rows, mode))
+    noise = paired_noise(pick, other)
+    if noise is None:
+        noise = math.hypot(standard_error(pick.value, validation_rows, mode),
+                           standard_error(other.value, validation_rows, mode))
     return (other, noise) if abs(pick.value - other.value) < noise else None
+
+
+# The metrics paired_noise reads from the rows' scores, and the row score behind each.
+ROW_METRICS = {"eval_loss": "loss", "eval_perplexity": "loss", "eval_accuracy": "correct"}
+
+
+def paired_noise(first: Best, second: Best) -> float | None:
+    """One standard error of the difference between two evaluations' scores, from their checkpoints' row scores
+    (trainer/row_scores.py): the spread of the row-by-row differences over the square root of the rows. Both scored
+    the same validation rows, so what the rows share (a hard conversation is hard for both) cancels, and a tie is
+    told apart from a lead that two independent errors would hide. A perplexity's is its loss's, times the two
+    perplexities' geometric mean (d perplexity = perplexity x d loss). None where either holds none, or they
+    scored different rows."""
+    kind = ROW_METRICS.get(first.metric)
+    scores = [RowScores.load(best.checkpoint_dir) for best in (first, second)]
+    if kind is None or None in scores:
+        return None
+    a, b = (getattr(score, kind) for score in scores)
+    differences = [x - y for x, y in zip(a, b) if math.isfinite(x) and math.isfinite(y)]
+    if len(a) != len(b) or len(differences) < 2:
+        return None
+    error = statistics.stdev(differences) / math.sqrt(len(differences))
+    return error * math.sqrt(first.value * second.value) if first.metric == "eval_perplexity" else error
 
 
 def standard_error(value: float, rows: int, mode: str) -> float:

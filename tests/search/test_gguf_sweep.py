@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from finesweep.trainer.row_scores import RowScores
 from tests import tiny
 from tests.sweeps import REPO, causal_lm_sweep, finesweep, python_path, store
 
@@ -92,6 +93,12 @@ def test_the_gguf_candidate_trains_and_exports(gguf_sweep):
     assert deploy["variant"] in metrics
     exported = AutoModelForCausalLM.from_pretrained(sweep_dir / "export" / "model")
     assert exported.config.model_type == "llama" and "quantization_config" not in exported.config.to_dict()
+    # Every checkpoint Tune kept holds its evaluation's per-conversation losses: the guard pairs two leaders by them.
+    kept = [folder for folder in (sweep_dir / "tune").rglob("checkpoint_*") if folder.is_dir()]
+    rows = [RowScores.load(folder) for folder in kept]
+    validation = len(_tokenized(sweep_dir)["validation"])
+    assert kept and all(r is not None and len(r.loss) == validation and not r.correct for r in rows)
+    assert all(1.0 < sum(r.loss) / validation < 20.0 for r in rows), "a tiny llama's mean loss per conversation"
 
 
 def test_the_candidate_was_dequantized_once_into_the_machine_cache_and_the_state_records_it(gguf_sweep):

@@ -11,6 +11,7 @@ import pytest
 
 from finesweep.spaces import ModelCandidate, SweepConfig
 from finesweep.trainer import data
+from finesweep.trainer.row_scores import RowScores
 from finesweep.trainer.trial import BatchPlan, TrialPlan, plan_batches, train
 from tests import tiny
 
@@ -68,6 +69,16 @@ def test_a_trial_reports_every_evaluation_with_its_checkpoint(tmp_path, sentimen
     assert [step for step, _, _ in sink.evaluations] == [4, 8, 12]
     assert all(saved for _, _, saved in sink.evaluations)
     assert all({"eval_loss", "eval_accuracy", "eval_f1_macro"} <= set(m) for _, m, _ in sink.evaluations)
+    # Each checkpoint holds its evaluation's rows, in the split's order, whose means are the evaluation's scores.
+    validation_rows = len(data.load_tokenized(tokenized)["validation"])
+    for step, metrics, _ in sink.evaluations:
+        rows = RowScores.load(tmp_path / "out" / f"checkpoint-{step}")
+        if rows is None:  # save_total_limit 1: only the latest checkpoint is left
+            continue
+        assert len(rows.loss) == len(rows.correct) == validation_rows
+        assert sum(rows.correct) / validation_rows == pytest.approx(metrics["eval_accuracy"])
+        assert sum(rows.loss) / validation_rows == pytest.approx(metrics["eval_loss"], rel=1e-3)
+    assert RowScores.load(tmp_path / "out" / "checkpoint-12") is not None
     assert sink.logs and all("loss" in m or "train_loss" in m for _, m in sink.logs)
     for _, metrics, _ in sink.evaluations:  # non-padding tokens per sample: between 2 and max_seq_len (32)
         per_sample = metrics["train_tokens_per_second_so_far"] / metrics["train_samples_per_second_so_far"]
