@@ -117,6 +117,58 @@ def run(
         _exit_for(summary)
 
 
+DASHBOARD_HELP = "The Ray cluster's dashboard, where its Jobs API listens (e.g. http://10.0.0.5:8265)."
+
+
+@app.command()
+def submit(
+    sweep_file: Path = typer.Argument(..., help="The sweep file (YAML), on storage the cluster's head reads at the same path."),
+    address: str = typer.Option(..., help=DASHBOARD_HELP),
+    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI the sweep logs to (a server every node reaches)."),
+    time_limit: Optional[str] = typer.Option(None, "--time-limit", help=TIME_LIMIT_HELP),
+) -> None:
+    """Run the sweep as a Ray job on a cluster, driver included, and return: follow it with status, logs and stop."""
+    with user_errors():
+        config = _with_time_limit(_load(sweep_file), time_limit)  # every error of the file before anything is sent
+        from finesweep.search import jobs
+
+        options = [*(["--tracking-uri", tracking_uri] if tracking_uri else []),
+                   *(["--time-limit", time_limit] if time_limit else [])]
+        job = jobs.submit(config, sweep_file, address, options)
+    typer.echo(f"submitted sweep {job.name} as Ray job {job.job_id}; its folder on the cluster: {job.folder}\n"
+               f"  finesweep status {job.name} --address {address}\n"
+               f"  finesweep logs {job.name} --address {address} --follow\n"
+               f"  finesweep stop {job.name} --address {address}")
+
+
+@app.command()
+def logs(sweep: str = typer.Argument(..., help="The submitted sweep's name (or its job id)."),
+         address: str = typer.Option(..., help=DASHBOARD_HELP),
+         follow: bool = typer.Option(False, "--follow", "-f", help="Go on printing until the sweep ends.")) -> None:
+    """The console of a submitted sweep, as `run` prints it."""
+    with user_errors():
+        from finesweep.search import jobs
+
+        job = jobs.find(address, sweep)
+        if not follow:
+            typer.echo(jobs.logs(address, job), nl=False)
+            return
+        for chunk in jobs.follow(address, job):
+            typer.echo(chunk, nl=False)
+
+
+@app.command()
+def stop(sweep: str = typer.Argument(..., help="The submitted sweep's name (or its job id)."),
+         address: str = typer.Option(..., help=DASHBOARD_HELP)) -> None:
+    """Stop a submitted sweep: its driver ends as `run` does on SIGTERM (trials stopped, resumable)."""
+    with user_errors():
+        from finesweep.search import jobs
+
+        job = jobs.find(address, sweep)
+        stopped = jobs.stop(address, job)
+    typer.echo(f"sweep {job.name} (job {job.job_id}): " + ("stopping" if stopped else f"already {job.status.lower()}"))
+
+
 def _with_time_limit(config, time_limit: str | None):
     """The sweep file's config bounded by --time-limit, which replaces its search.time_budget_minutes."""
     if time_limit is None:
@@ -261,11 +313,16 @@ def _reachable_run(tracker, run_id: str):
 @app.command()
 def status(sweep: Path = SweepArg, tracking_uri: Optional[str] = typer.Option(None),
            metric: str = typer.Option("", help="Metric to rank by; default: the sweep's."),
-           mode: str = typer.Option("", help="min or max; default: the way --metric is better, else the sweep's.")
+           mode: str = typer.Option("", help="min or max; default: the way --metric is better, else the sweep's."),
+           address: Optional[str] = typer.Option(None, help="For a submitted sweep (then SWEEP is its name): " + DASHBOARD_HELP),
            ) -> None:
-    """Leaderboard of the sweep's trials, read from the tracking store."""
+    """Leaderboard of the sweep's trials, read from the tracking store; for a submitted sweep, its job's state first."""
     _quiet_libraries(False)
     with user_errors():
+        if address is not None:
+            sweep = _submitted_folder(str(sweep), address)
+            if sweep is None:
+                return
         uri, state = _store_of(sweep, tracking_uri)
         from finesweep.search.outputs.console import Console, leaderboard_table
         from finesweep.search.tracking.client import Tracker
@@ -284,6 +341,21 @@ def status(sweep: Path = SweepArg, tracking_uri: Optional[str] = typer.Option(No
 
 
 app.command(name="best", help="Same as status: the leaderboard, best first.")(status)
+
+
+def _submitted_folder(name: str, address: str) -> Path | None:
+    """A submitted sweep's job state, printed; its folder where this machine sees it and it has started (the
+    leaderboard follows), else None."""
+    from finesweep.search import jobs
+
+    job = jobs.find(address, name)
+    typer.echo(f"sweep {job.name}: Ray job {job.job_id} {job.status.lower()}" + (f" ({job.message})" if job.message else ""))
+    folder = Path(job.folder)
+    if (folder / "sweep-state.json").is_file():
+        return folder
+    typer.echo(f"  its folder {job.folder} " + ("holds no started sweep yet" if folder.is_dir() else
+                                                "is not on this machine: mount the cluster's storage here to read it"))
+    return None
 
 
 @app.command()

@@ -1,0 +1,108 @@
+"""Sweeps as Ray jobs (Ray's Jobs API): `finesweep submit` runs the whole sweep, its driver included, on the cluster's
+head, and returns; `status`, `logs` and `stop` find the job from any machine by the sweep's name and the cluster's
+dashboard address. The cluster's Python must have finesweep installed (the one `ray start` runs); the sweep file,
+its data and its output_root must lie on storage the head reads at the same path (a mount every node and the user
+share), where the sweep folder, its tracking store and its export then are."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from finesweep.search.inputs import sweep_folder
+from finesweep.spaces import SweepConfig, SweepFileError
+
+SWEEP_METADATA = "finesweep.sweep"  # the job's metadata: the sweep's name
+FOLDER_METADATA = "finesweep.folder"  # and its folder, as the head sees it
+# Ray's job states that end a job.
+ENDED = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """One submitted sweep as the cluster knows it."""
+
+    name: str
+    job_id: str
+    status: str
+    folder: str
+    message: str = ""
+
+
+def client(address: str):
+    """Ray's job client for the dashboard at `address` (http://HEAD:8265), or a one-paragraph error."""
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address)
+    except (ConnectionError, RuntimeError, ValueError) as error:
+        raise SweepFileError(
+            f"--address {address}: no Ray dashboard answers there ({_first_line(error)}). A job is submitted to the "
+            "head's dashboard, http://HEAD:8265 by default: start the head with `ray start --head "
+            "--dashboard-host 0.0.0.0` (or reach it through a tunnel), and check the host and port.") from None
+
+
+def submit(config: SweepConfig, sweep_file: Path, address: str, options: list[str]) -> SweepJob:
+    """Submit `sweep_file` (already loaded and validated as `config`) as a Ray job that runs `finesweep run` on the
+    head, joined to its cluster, in this command's folder (a relative output_root lands where `run` here would put
+    it); `options` are run's own (--time-limit, --tracking-uri). Returns at once."""
+    jobs = client(address)
+    folder = str(sweep_folder(config).root)
+    run = ["finesweep", "run", str(sweep_file.resolve()), "--address", "auto", *options]
+    entrypoint = f"{shlex.join(['cd', str(Path.cwd())])} && {shlex.join(run)}"
+    job_id = jobs.submit_job(entrypoint=entrypoint, submission_id=f"finesweep-{config.name}-{int(time.time())}",
+                             metadata={SWEEP_METADATA: config.name, FOLDER_METADATA: folder})
+    return SweepJob(config.name, job_id, "PENDING", folder)
+
+
+def find(address: str, sweep: str) -> SweepJob:
+    """The latest job of the sweep named `sweep` (or the job whose id it is) on the cluster at `address`."""
+    jobs = client(address)
+    found = [job for job in jobs.list_jobs()
+             if sweep in (job.submission_id, (job.metadata or {}).get(SWEEP_METADATA))]
+    if not found:
+        named = sorted({(job.metadata or {}).get(SWEEP_METADATA) for job in jobs.list_jobs()} - {None})
+        raise SweepFileError(
+            f"{sweep}: no sweep of that name or job id was submitted to {address} (its sweeps: "
+            f"{', '.join(named) or 'none'}). Submit it with `finesweep submit SWEEP_FILE --address {address}`.")
+    job = max(found, key=lambda job: job.start_time or 0)
+    metadata = job.metadata or {}
+    return SweepJob(metadata.get(SWEEP_METADATA, sweep), job.submission_id, str(job.status.value), metadata.get(
+        FOLDER_METADATA, ""), job.message or "")
+
+
+def logs(address: str, job: SweepJob) -> str:
+    """What the job's driver printed so far: the sweep's console, as `run` shows it."""
+    return client(address).get_job_logs(job.job_id)
+
+
+def follow(address: str, job: SweepJob):
+    """The job's console as it comes, until the job ends (Ray's tail of its logs)."""
+    import asyncio
+
+    async def chunks():
+        async for chunk in client(address).tail_job_logs(job.job_id):
+            yield chunk
+
+    stream = chunks()
+    loop = asyncio.new_event_loop()
+    try:
+        while True:
+            try:
+                yield loop.run_until_complete(stream.__anext__())
+            except StopAsyncIteration:
+                return
+    finally:
+        loop.close()
+
+
+def stop(address: str, job: SweepJob) -> bool:
+    """Ask Ray to stop the job (SIGTERM to its driver: the sweep ends as `run` does on SIGTERM, its trials stopped,
+    resumable); False where it had ended already."""
+    return client(address).stop_job(job.job_id)
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
