@@ -50,11 +50,44 @@ def submit(config: SweepConfig, sweep_file: Path, address: str, options: list[st
     it); `options` are run's own (--time-limit, --tracking-uri). Returns at once."""
     jobs = client(address)
     folder = str(sweep_folder(config).root)
+    running = [job.submission_id for job in jobs.list_jobs()
+               if (job.metadata or {}).get(SWEEP_METADATA) == config.name and str(job.status.value) not in ENDED]
+    if running:
+        raise SweepFileError(
+            f"sweep {config.name} is already running on {address} (job {running[0]}): two runs of one sweep would "
+            f"write the same folder. Follow it with `finesweep logs {config.name} --address {address}`, stop it with "
+            f"`finesweep stop {config.name} --address {address}`, or give this sweep another name.")
+    check_storage(jobs, sweep_file.resolve(), Path.cwd())
     run = ["finesweep", "run", str(sweep_file.resolve()), "--address", "auto", *options]
     entrypoint = f"{shlex.join(['cd', str(Path.cwd())])} && {shlex.join(run)}"
     job_id = jobs.submit_job(entrypoint=entrypoint, submission_id=f"finesweep-{config.name}-{int(time.time())}",
                              metadata={SWEEP_METADATA: config.name, FOLDER_METADATA: folder})
     return SweepJob(config.name, job_id, "PENDING", folder)
+
+
+# How long the storage check's job may take: a job's start is a process on the head, a second or two.
+CHECK_SECONDS = 60.0
+
+
+def check_storage(jobs, sweep_file: Path, folder: Path) -> None:
+    """A clear error, before the sweep is submitted, where the head does not see `sweep_file` or cannot write in
+    `folder` (where the job runs, and a relative output_root lands) at the same paths: storage only this machine
+    sees. A job of its own on the head, which runs a shell's `test` on both."""
+    check = " && ".join(shlex.join(words) for words in (["test", "-r", str(sweep_file)], ["test", "-d", str(folder)],
+                                                        ["test", "-w", str(folder)]))
+    job_id = jobs.submit_job(entrypoint=check, metadata={"finesweep.check": "storage"})
+    deadline = time.monotonic() + CHECK_SECONDS
+    while (status := str(jobs.get_job_status(job_id).value)) not in ENDED:
+        if time.monotonic() > deadline:
+            raise SweepFileError(f"the cluster's head did not run a one-line check job ({job_id}) in "
+                                 f"{CHECK_SECONDS:.0f} s: look at `ray job logs {job_id}` on the cluster")
+        time.sleep(0.2)
+    if status != "SUCCEEDED":
+        raise SweepFileError(
+            f"{sweep_file}: the cluster's head does not read this sweep file, or cannot write in {folder}, at the same "
+            "paths: a submitted sweep runs on the head and writes its folder there. Put the sweep file, its data "
+            "and the folder you submit from on storage every node and this machine mount at the same path (a shared "
+            "file system), and submit from there.")
 
 
 def find(address: str, sweep: str) -> SweepJob:

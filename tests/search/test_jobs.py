@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from finesweep.search import jobs
+from finesweep.spaces import SweepFileError
 from tests import tiny
 from tests.search.tuning.test_cluster import GRID_SWEEP, LOOPBACK, RAY, _stop
 from tests.sweeps import finesweep, free_port, one_model_sweep
@@ -72,6 +74,8 @@ def test_a_submitted_sweep_runs_on_the_cluster_after_the_command_returned_and_is
     assert submitted.returncode == 0, submitted.stdout[-2000:] + submitted.stderr[-2000:]
     assert submitted.stdout.startswith("submitted sweep gridded as Ray job finesweep-gridded-")
     assert f"finesweep logs gridded --address {dashboard_head} --follow" in submitted.stdout
+    again = finesweep("submit", "sweep.yaml", "--address", dashboard_head, cwd=tmp_path)
+    assert again.returncode == 2 and "sweep gridded is already running" in " ".join(again.stderr.split())
     done = _wait_for("gridded", dashboard_head, tmp_path, "succeeded")
     assert "best: trial-" in done, "the leaderboard of the folder this machine shares with the head"
     logs = finesweep("logs", "gridded", "--address", dashboard_head, cwd=tmp_path)
@@ -81,6 +85,9 @@ def test_a_submitted_sweep_runs_on_the_cluster_after_the_command_returned_and_is
     assert stopped.returncode == 0 and "already succeeded" in stopped.stdout
     unknown = finesweep("logs", "nosuch", "--address", dashboard_head, cwd=tmp_path)
     assert unknown.returncode == 2 and "its sweeps: gridded" in " ".join(unknown.stderr.split())
+    # Storage the head does not see at the same path (here: none at all) is said before anything is submitted.
+    with pytest.raises(SweepFileError, match="the cluster's head does not read this sweep file"):
+        jobs.check_storage(jobs.client(dashboard_head), tmp_path / "elsewhere" / "sweep.yaml", tmp_path)
 
 
 @pytest.mark.slow  # about 60 s
