@@ -29,7 +29,7 @@ from finesweep.trainer.lr_range import RECORDED, RangeStep, range_test_in_proces
 from finesweep.trainer.trial import TrialPlan, plan_batches
 
 DECADE = 10.0
-SMOOTHING = 0.6  # the loss's exponential average over ~3 steps: one batch's loss is noise at 20 steps
+SMOOTHING = 0.6  # the loss's exponential average over about 3 steps: a step's own wobble is not a turn
 MIN_DROP = 0.02  # the smoothed loss fell: its lowest is at least 2% under its first
 RISE = 0.1  # the smoothed loss rose: 10% over its lowest so far
 CACHE_FILE = "lr-range.json"
@@ -85,7 +85,8 @@ def read_test(steps: list[RangeStep], low: float, high: float) -> tuple[float, f
                    + (f" and rose past it (by {rose:.2g})" if rose else ", still falling at the range's top"))
         return _decade_under(top, low, high) + (reading,)
     if rose:
-        reading = f"the held-out batch's loss did not fall before it rose at rate {rose:.2g}: the decade that ends at a tenth of it"
+        reading = (f"the held-out batch's loss did not fall before it rose at rate {rose:.2g}: the decade that ends "
+                   "at a tenth of it")
         return _decade_under(rose / DECADE, low, high) + (reading,)
     return low, high, "the held-out batch's loss neither fell nor rose over the range: the test tells nothing"
 
@@ -188,7 +189,8 @@ def _test_plan(inputs: RangeTestInputs, model: str, method: str) -> TrialPlan | 
     return TrialPlan(
         candidate=config.candidate(model).model_dump(), task=config.data.task.value, label_names=inputs.label_names,
         tokenized_dir=inputs.tokenized[model], output_dir=str(inputs.cache_dir / "lr-range-run"),
-        precision=inputs.precision, method=method, learning_rate=0.0, weight_decay=_fixed(centre, config, "weight_decay"),
+        precision=inputs.precision, method=method, learning_rate=0.0,
+        weight_decay=_fixed(centre, config, "weight_decay"),
         warmup_ratio=0.0, batch=plan_batches(centre["effective_batch_size"], probe.micro_batch),
         eval_batch=probe.micro_batch, max_steps=RANGE_TEST_STEPS, eval_every_steps=RANGE_TEST_STEPS,
         seed=config.seed, threads=inputs.threads, trust_remote_code=config.trust_remote_code,
@@ -239,8 +241,9 @@ class _TestProcess:
 def _cache_key(plan: TrialPlan, low: float, high: float) -> str:
     """What a test's answer depends on: its run (model, data folder, method, precision, batch, seed, steps), its range
     and what it records."""
-    recipe = {k: v for k, v in asdict(replace(plan, output_dir="", threads=0)).items()}
-    return hashlib.sha256(json.dumps([recipe, low, high, RECORDED], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    recipe = asdict(replace(plan, output_dir="", threads=0))
+    text = json.dumps([recipe, low, high, RECORDED], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _read_cache(cache_dir: Path) -> dict[str, list[dict[str, float]]]:
