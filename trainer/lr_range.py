@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
-from finesweep.spaces import ModelCandidate, Task
-from finesweep.trainer import data, models
+from finesweep.trainer import data
 from finesweep.trainer.probe_step import stderr_to
-from finesweep.trainer.trial import TrialPlan, load_trial_model
+from finesweep.trainer.trial import TrialPlan, trial_inputs
 
 # What each step records, in words: part of the key of a cached answer, so that one recorded otherwise is not read.
 RECORDED = "the loss of a fixed batch of validation rows after each step, random training batches"
@@ -60,11 +58,7 @@ def range_test_in_process(plan: TrialPlan, low: float, high: float, log_file: st
 
 
 def _trainer(plan: TrialPlan, high: float):
-    task = Task(plan.task)
-    candidate = ModelCandidate(**plan.candidate)
-    tokenizer = models.load_tokenizer(candidate, plan.trust_remote_code, text_pairs=plan.text_pairs)
-    model = load_trial_model(plan, candidate, task, tokenizer)
-    splits = data.load_tokenized(Path(plan.tokenized_dir))
+    task, tokenizer, model, splits = trial_inputs(plan)
     collator = data.collator(tokenizer, task)
     held_out = splits["validation"] if "validation" in splits and len(splits["validation"]) else splits["train"]
     fixed = collator([held_out[i] for i in range(min(plan.batch.micro, len(held_out)))])

@@ -182,12 +182,17 @@ def single_process_rendezvous() -> None:
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 
 
-def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
+def trial_inputs(plan: TrialPlan):
+    """(task, tokenizer, model, tokenized splits) of the plan, as its trial trains them."""
     task = Task(plan.task)
     candidate = ModelCandidate(**plan.candidate)
     tokenizer = models.load_tokenizer(candidate, plan.trust_remote_code, text_pairs=plan.text_pairs)
-    model = load_trial_model(plan, candidate, task, tokenizer)
-    splits = data.load_tokenized(Path(plan.tokenized_dir))
+    model = _load_model(plan, candidate, task, tokenizer)
+    return task, tokenizer, model, data.load_tokenized(Path(plan.tokenized_dir))
+
+
+def _build_trainer(plan: TrialPlan, sink: EvaluationSink):
+    task, tokenizer, model, splits = trial_inputs(plan)
     order = longest_first(splits["validation"])
     rows = RowCollector(order)
     return _evaluating_by_length()(
@@ -286,8 +291,7 @@ def divergence_limit(model, task: Task) -> float:
     return EXPLOSION_FACTOR * math.log(max(choices, 2))
 
 
-def load_trial_model(plan: TrialPlan, candidate: ModelCandidate, task: Task, tokenizer):
-    """The plan's model as its trials train it (method, precision, adapters, dropout, frozen embeddings), seeded."""
+def _load_model(plan: TrialPlan, candidate: ModelCandidate, task: Task, tokenizer):
     from transformers import set_seed
 
     # The new head (and LoRA's adapters) are initialised here, before the Trainer seeds anything: seed now, or

@@ -4,10 +4,7 @@ with status and logs by the sweep's name, stopped with stop."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -16,7 +13,7 @@ import pytest
 from finesweep.search import jobs
 from finesweep.spaces import SweepFileError
 from tests import tiny
-from tests.search.tuning.test_cluster import GRID_SWEEP, LOOPBACK, RAY, _stop
+from tests.search.tuning.test_cluster import GRID_SWEEP, started_head
 from tests.sweeps import finesweep, free_port, one_model_sweep
 
 
@@ -31,27 +28,12 @@ def test_a_submit_to_an_address_where_no_dashboard_answers_is_one_paragraph(tmp_
 @pytest.fixture
 def dashboard_head():
     """A Ray head with its dashboard (the Jobs API), on 127.0.0.1 only, whose jobs run this environment's Python
-    (its bin folder first on PATH, as a cluster's installed environment would be)."""
-    temp_dir = Path(tempfile.mkdtemp(prefix="fsjob-"))
-    port, dashboard = free_port(), free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", **LOOPBACK,
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    command = [str(RAY), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
-               "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
-               f"--temp-dir={temp_dir}", "--disable-usage-stats", f"--dashboard-agent-listen-port={free_port()}",
-               f"--metrics-export-port={free_port()}"]
-    log = temp_dir / "ray-start.log"
-    with log.open("w") as out:
-        head = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while "Ray runtime started" not in log.read_text():
-            assert head.poll() is None and time.monotonic() < deadline, f"ray start failed: {log.read_text()[-3000:]}"
-            time.sleep(0.5)
+    (its bin folder first on PATH, as a cluster's installed environment would be): the dashboard's address."""
+    dashboard = free_port()
+    env = {"HF_HUB_OFFLINE": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    options = ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}"]
+    with started_head(options, env):
         yield f"http://127.0.0.1:{dashboard}"
-    finally:
-        _stop(head)
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _wait_for(sweep: str, address: str, cwd: Path, words: str, timeout: float = 300) -> str:

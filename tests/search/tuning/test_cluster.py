@@ -10,7 +10,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest
@@ -72,18 +74,19 @@ def _stop(head: subprocess.Popen) -> None:
     head.wait()
 
 
-@pytest.fixture
-def ray_head():
-    """A Ray head started with `ray start`, as an operator would, bound to the loopback interface only.
+@contextmanager
+def started_head(options: list[str], env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen, int, Path]]:
+    """A Ray head started with `ray start --block` and `options`, as an operator would, bound to the loopback
+    interface only; yields the process, its GCS port and its temp dir, and stops it after.
 
     `ray start` rewrites --node-ip-address=127.0.0.1 to the machine's outward address and binds GCS and raylet
     to every interface; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is Ray's single-machine mode, which keeps them on
     127.0.0.1. A short temp dir of its own keeps the head's session folder apart (and unix sockets short)."""
     temp_dir = Path(tempfile.mkdtemp(prefix="fsray-"))
     port = free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", **LOOPBACK}
+    env = {**os.environ, **(env or {}), "RAY_AUTH_MODE": "disabled", **LOOPBACK}
     command = [str(RAY), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
-               "--include-dashboard=false", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+               *options, f"--temp-dir={temp_dir}", "--disable-usage-stats",
                f"--dashboard-agent-listen-port={free_port()}", f"--metrics-export-port={free_port()}"]
     log = temp_dir / "ray-start.log"
     with log.open("w") as out:
@@ -93,10 +96,17 @@ def ray_head():
         while "Ray runtime started" not in log.read_text():
             assert head.poll() is None and time.monotonic() < deadline, f"ray start failed: {log.read_text()[-3000:]}"
             time.sleep(0.5)
-        yield head, f"127.0.0.1:{port}", temp_dir
+        yield head, port, temp_dir
     finally:
         _stop(head)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def ray_head():
+    """A head without its dashboard: (process, address, temp dir)."""
+    with started_head(["--include-dashboard=false"]) as (head, port, temp_dir):
+        yield head, f"127.0.0.1:{port}", temp_dir
 
 
 def _run_watching(command: list[str], cwd: Path, head_pid: int, timeout: float = 300) -> tuple[subprocess.Popen, str, set[int], set[str]]:
