@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from finesweep.spaces.files import write_json_atomic
+
 ROW_SCORES_FILE = "row_scores.json"
 
 
@@ -21,7 +23,7 @@ class RowScores:
     correct: list[float] = field(default_factory=list)
 
     def save(self, folder: Path) -> None:
-        (Path(folder) / ROW_SCORES_FILE).write_text(json.dumps({"loss": self.loss, "correct": self.correct}))
+        write_json_atomic(Path(folder) / ROW_SCORES_FILE, {"loss": self.loss, "correct": self.correct}, indent=None)
 
     @classmethod
     def load(cls, folder: Path) -> "RowScores | None":
