@@ -62,6 +62,8 @@ def test_a_submitted_sweep_runs_on_the_cluster_after_the_command_returned_and_is
     assert "best: trial-" in done, "the leaderboard of the folder this machine shares with the head"
     logs = finesweep("logs", "gridded", "--address", dashboard_head, cwd=tmp_path)
     assert logs.returncode == 0 and "The search compared 4 configurations" in " ".join(logs.stdout.split())
+    followed = finesweep("logs", "gridded", "--address", dashboard_head, "--follow", cwd=tmp_path)
+    assert followed.returncode == 0 and "The search compared 4 configurations" in " ".join(followed.stdout.split())
     assert (tmp_path / "runs" / "gridded" / "export" / "model" / "model.safetensors").is_file()
     stopped = finesweep("stop", "gridded", "--address", dashboard_head, cwd=tmp_path)
     assert stopped.returncode == 0 and "already succeeded" in stopped.stdout
