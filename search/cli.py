@@ -153,8 +153,7 @@ def logs(sweep: str = typer.Argument(..., help="The submitted sweep's name (or i
         if not follow:
             typer.echo(jobs.logs(address, job), nl=False)
             return
-        for chunk in jobs.follow(address, job):
-            typer.echo(chunk, nl=False)
+        jobs.follow(address, job, lambda chunk: typer.echo(chunk, nl=False))
 
 
 @app.command()

@@ -6,10 +6,12 @@ share), where the sweep folder, its tracking store and its export then are."""
 
 from __future__ import annotations
 
+import functools
 import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from finesweep.search.inputs import sweep_folder
 from finesweep.spaces import SweepConfig, SweepFileError
@@ -31,8 +33,10 @@ class SweepJob:
     message: str = ""
 
 
+@functools.lru_cache(maxsize=None)
 def client(address: str):
-    """Ray's job client for the dashboard at `address` (http://HEAD:8265), or a one-paragraph error."""
+    """Ray's job client for the dashboard at `address` (http://HEAD:8265), or a one-paragraph error; one per address
+    in a command (each one asks the dashboard for its version when made)."""
     from ray.job_submission import JobSubmissionClient
 
     try:
@@ -92,11 +96,10 @@ def check_storage(jobs, sweep_file: Path, folder: Path) -> None:
 
 def find(address: str, sweep: str) -> SweepJob:
     """The latest job of the sweep named `sweep` (or the job whose id it is) on the cluster at `address`."""
-    jobs = client(address)
-    found = [job for job in jobs.list_jobs()
-             if sweep in (job.submission_id, (job.metadata or {}).get(SWEEP_METADATA))]
+    listed = client(address).list_jobs()
+    found = [job for job in listed if sweep in (job.submission_id, (job.metadata or {}).get(SWEEP_METADATA))]
     if not found:
-        named = sorted({(job.metadata or {}).get(SWEEP_METADATA) for job in jobs.list_jobs()} - {None})
+        named = sorted({(job.metadata or {}).get(SWEEP_METADATA) for job in listed} - {None})
         raise SweepFileError(
             f"{sweep}: no sweep of that name or job id was submitted to {address} (its sweeps: "
             f"{', '.join(named) or 'none'}). Submit it with `finesweep submit SWEEP_FILE --address {address}`.")
@@ -111,24 +114,15 @@ def logs(address: str, job: SweepJob) -> str:
     return client(address).get_job_logs(job.job_id)
 
 
-def follow(address: str, job: SweepJob):
-    """The job's console as it comes, until the job ends (Ray's tail of its logs)."""
+def follow(address: str, job: SweepJob, write: Callable[[str], object]) -> None:
+    """The job's console to `write` as it comes, until the job ends (Ray's tail of its logs, an async stream)."""
     import asyncio
 
-    async def chunks():
+    async def tail() -> None:
         async for chunk in client(address).tail_job_logs(job.job_id):
-            yield chunk
+            write(chunk)
 
-    stream = chunks()
-    loop = asyncio.new_event_loop()
-    try:
-        while True:
-            try:
-                yield loop.run_until_complete(stream.__anext__())
-            except StopAsyncIteration:
-                return
-    finally:
-        loop.close()
+    asyncio.run(tail())
 
 
 def stop(address: str, job: SweepJob) -> bool:
