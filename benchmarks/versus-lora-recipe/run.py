@@ -14,7 +14,8 @@ Arms, one after another on this machine (never two at once):
 Each model is scored by score_model.py on the same tokenized test split: test perplexity (response tokens) and the
 greedy answer to every test prompt (token F1 and ROUGE-L against the real reply). Intervals: 95% paired bootstrap
 over the test rows (2,000 resamples): the perplexity ratio sweep / recipe, and the score differences sweep - recipe.
-Writes benchmarks/versus-lora-recipe/versus-lora-recipe-chitchat-<cpu kind>-<date>-<commit>.json and prints a table.
+Writes benchmarks/versus-lora-recipe/versus-lora-recipe-chitchat-<cpu kind>-<date>-<commit>.json (a limit other
+than 10m adds itself after `chitchat`) and prints a table.
 Run from the repository root, with nothing else loading the machine:
 
     .venv/bin/pip install --no-deps chitchat-dataset==0.9.0
@@ -102,6 +103,14 @@ def bootstrap(arms: dict[str, dict], seed: int) -> dict[str, Any]:
     return {key: [round(float(v), 4) for v in values] for key, values in out.items()}
 
 
+def sweep_trained(summary: dict[str, Any]) -> str:
+    """'3 configurations evaluated; export: full fp32 lr 5e-05, 104 samples' (from the sweep's summary.json)."""
+    params = summary["best"]["params"]
+    samples = ((summary.get("comparison") or {}).get("arms") or {}).get("export", {}).get("samples", "?")
+    return (f"{summary['configurations']['evaluated']} configurations evaluated; export: {params['method']} "
+            f"{params['precision']} lr {params['learning_rate']:.2g}, {samples} samples")
+
+
 def table(result: dict[str, Any]) -> str:
     lines = ["| arm | wall s | perplexity | token F1 | ROUGE-L | what trained |", "|---|---|---|---|---|---|"]
     for name, arm in result["arms"].items():
@@ -117,18 +126,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", default="10m", help="the sweep's --time-limit (default 10m)")
     parser.add_argument("--seed", type=int, default=7, help="the sweep's and the recipe's seed (the example's 7)")
+    parser.add_argument("--reuse-sweep", action="store_true",
+                        help="keep the last run's data and sweep arm (runs/versus-lora-recipe), run the rest again")
     args = parser.parse_args()
     work = REPO / "runs" / "versus-lora-recipe"
-    shutil.rmtree(work, ignore_errors=True)
-    (work / "logs").mkdir(parents=True)
-    result: dict[str, Any] = {**naming.facts(), "seed": args.seed, "limit": args.limit,
-                              "data": {"corpus": "chitchat-dataset 0.9.0", **make_data.write(work / "data")}}
     cache = work / "machine-cache"
-
-    wall, _ = timed([sys.executable, "-m", "finesweep.search.cli", "run", str(sweep_file(work / "data", work,
-                     args.seed)), "--time-limit", args.limit], work / "logs" / "sweep.log", cache)
+    if not args.reuse_sweep:
+        shutil.rmtree(work, ignore_errors=True)
+        (work / "logs").mkdir(parents=True)
+        make_data.write(work / "data")
+        wall, _ = timed([sys.executable, "-m", "finesweep.search.cli", "run", str(sweep_file(work / "data", work,
+                         args.seed)), "--time-limit", args.limit], work / "logs" / "sweep.log", cache)
+        (work / "sweep-arm.json").write_text(json.dumps({"wall_seconds": wall}))
+    wall = json.loads((work / "sweep-arm.json").read_text())["wall_seconds"]
+    rows = {split: sum(1 for _ in (work / "data" / f"{split}.jsonl").open()) for split in make_data.ROWS}
+    result: dict[str, Any] = {**naming.facts(), "seed": args.seed, "limit": args.limit,
+                              "data": {"corpus": "chitchat-dataset 0.9.0", **rows}}
     summary = json.loads((work / "chitchat" / "summary.json").read_text())
-    tokenized = only([p.parent for p in (work / "chitchat" / "cache" / "tokenized").glob("*/summary.json")],
+    tokenized = only([p.parent for p in (work / "chitchat" / "cache" / "tokenized").glob("*/tokenize_report.json")],
                      "tokenized folder")
     base = only([p.parent for p in cache.rglob("gguf-origin.json")], "dequantized model")
     recipe_seconds, stdout = timed([sys.executable, str(HERE / "lora_recipe.py"), str(base), str(tokenized),
@@ -143,8 +158,7 @@ def main() -> None:
         timed([sys.executable, str(HERE / "score_model.py"), str(folder), str(tokenized), str(out)],
               work / "logs" / f"score-{name}.log", cache)
         arms[name] = json.loads(out.read_text())
-    arms["sweep"] |= {"wall_seconds": wall, "trained": f"{summary.get('configurations', {}).get('compared', '?')} "
-                      f"configurations compared; winner {summary['best'].get('params', {})}"}
+    arms["sweep"] |= {"wall_seconds": wall, "trained": sweep_trained(summary)}
     arms["recipe"] |= {"wall_seconds": recipe_seconds, "trained": f"{recipe['steps']} steps, {recipe['epochs']} "
                        "epochs", "run": recipe}
     arms["untuned"]["trained"] = "nothing"
@@ -153,7 +167,8 @@ def main() -> None:
                                                                  "wall_seconds", "exploitation", "test_metrics")}
     result["arms"] = {name: {key: value for key, value in arm.items() if key not in ("row_loss_sums", "row_tokens")}
                       for name, arm in arms.items()}
-    out = naming.result_path(HERE, "versus-lora-recipe", "chitchat", result)
+    data = "chitchat" + ("" if args.limit == "10m" else f"-{args.limit}")
+    out = naming.result_path(HERE, "versus-lora-recipe", data, result)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{result['cpu']}; {result['cores']} cores; wrote {out.relative_to(REPO)}\n\n{table(result)}")
 

@@ -156,7 +156,9 @@ def _recipe_sentence(baseline_trial: dict[str, Any], best: dict[str, Any], recip
                        "the tuned recipe", "the baseline recipe")
     tuned = _trained(recipe["tuned_samples"], recipe["tuned_seconds"])
     base = _trained(recipe["baseline_samples"], recipe["baseline_seconds"])
-    return (f"What the search found (the recipe effect, on validation at equal {recipe['footing']}): {metric} "
+    window = f"{recipe['at']:.0f} s" if recipe["footing"] == "seconds" else f"{recipe['at']:,.0f} samples"
+    return (f"What the search found (the recipe effect, on validation at equal {recipe['footing']}: each one's best "
+            f"evaluation within its first {window} of training): {metric} "
             f"{recipe['tuned']:.4g} for the tuned recipe ({tuned}) against {recipe['baseline']:.4g} for the baseline "
             f"recipe ({base}), {recipe['difference']:+.2f} {unit}{spread}: {verdict}"
             f"{_early(recipe, baseline_trial) if verdict.endswith('leads') else ''}.")
