@@ -28,7 +28,8 @@ CHARACTERS = (2, 300)
 def corpus() -> dict[str, dict]:
     spec = importlib.util.find_spec("chitchat_dataset")
     if spec is None:
-        raise SystemExit("the chit-chat corpus is not installed: .venv/bin/pip install --no-deps chitchat-dataset==0.9.0")
+        raise SystemExit("the chit-chat corpus is not installed: "
+                         ".venv/bin/pip install --no-deps chitchat-dataset==0.9.0")
     return json.loads((Path(spec.submodule_search_locations[0]) / "dataset.json").read_text(encoding="utf-8"))
 
 

@@ -99,7 +99,8 @@ def bootstrap(arms: dict[str, dict], seed: int) -> dict[str, Any]:
     answers = rng.integers(0, len(sweep["answers"]), size=(RESAMPLES, len(sweep["answers"])))
     for score in ("token_f1", "rouge_l"):
         difference = np.array([a[score] for a in sweep["answers"]]) - np.array([a[score] for a in recipe["answers"]])
-        out[f"{score}_difference"] = [float(difference.mean()), *np.percentile(difference[answers].mean(1), [2.5, 97.5])]
+        resampled = difference[answers].mean(1)
+        out[f"{score}_difference"] = [float(difference.mean()), *np.percentile(resampled, [2.5, 97.5])]
     return {key: [round(float(v), 4) for v in values] for key, values in out.items()}
 
 

@@ -157,7 +157,8 @@ def test_the_recipe_effect_and_the_training_effect_are_told_apart_with_what_trai
     assert recipe["interval"] == [round(100 * (0.004 - spread), 2), round(100 * (0.004 + spread), 2)]
     assert found["sentences"][0] == (
         "What the search found (the recipe effect, on validation at equal seconds: each one's best evaluation within "
-        "its first 150 s of training): eval_accuracy 0.702 for the tuned recipe (2,400 samples, 148 s) against 0.698 for the baseline recipe (1,624 samples, 150 s), +0.40 points; 95% "
+        "its first 150 s of training): eval_accuracy 0.702 for the tuned recipe (2,400 samples, 148 s) against 0.698 "
+        "for the baseline recipe (1,624 samples, 150 s), +0.40 points; 95% "
         f"interval {recipe['interval'][0]:+.2f} to {recipe['interval'][1]:+.2f} over 1,000 validation rows: within "
         "what the rows can tell apart (the interval holds 0).")
     assert training == {"from": 0.702, "to": 0.79, "from_samples": 2400, "from_seconds": 148.0, "to_samples": 11808,
