@@ -178,9 +178,26 @@ def persisted_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
     trial = {"trial_id": Path(path).name.removeprefix(SEARCH_TRIAL_PREFIX)}
     kept = []
     for folder in folders:
+        if folder.name not in by_folder and not weights_whole(folder):
+            continue  # its copy into storage was cut short: nothing to export from
         checkpoint, metrics = by_folder.get(folder.name, (Checkpoint.from_directory(str(folder)), {}))
         kept.append((checkpoint, metrics or {**trial, **trainer_evaluation(folder)}))
     return kept
+
+
+def weights_whole(folder: Path) -> bool:
+    """Whether every safetensors file in a checkpoint folder holds all the bytes its header names. A checkpoint
+    found in storage but never registered may have been cut mid-copy when its trial was stopped: its
+    trainer_state.json is whole and its weights are not, and the export would fail on them."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in Path(folder).rglob("*.safetensors"):
+        try:
+            with safe_open(str(path), framework="numpy"):
+                pass
+        except (SafetensorError, OSError):
+            return False
+    return True
 
 
 def unregistered_after(result) -> list[tuple[Any, dict[str, Any]]]:

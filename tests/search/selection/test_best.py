@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from finesweep.search.selection.best import kept_checkpoints, pick_best
+from finesweep.search.selection.best import kept_checkpoints, pick_best, weights_whole
 
 
 def result(trial_id: str, evaluations: list[tuple[int, float]], config: dict | None = None):
@@ -142,3 +142,25 @@ def test_a_later_checkpoint_tune_never_registered_competes_beside_the_registered
     best = pick_best([stopped], "eval_accuracy", "max")
     assert (best.trial_id, best.step, best.value, best.checkpoint_dir) == ("9c4994da", 272, 0.759, second)
     assert len(kept_checkpoints(stopped)) == 2
+
+
+def test_a_checkpoint_whose_weights_were_cut_mid_copy_does_not_compete(tmp_path):
+    """A trial stopped while its last checkpoint was copied into storage: trainer_state.json whole, model.safetensors
+    cut short (the export then failed to load it). Only checkpoints whose weights are whole compete."""
+    import numpy
+    from safetensors.numpy import save_file
+
+    trial = tmp_path / "trial-39044167"
+    whole, cut = trial / "checkpoint_000000", trial / "checkpoint_000001"
+    for folder, step, accuracy in ((whole, 120, 0.718), (cut, 1034, 0.798)):
+        folder.mkdir(parents=True)
+        save_file({"weight": numpy.ones((64, 64), dtype=numpy.float32)}, str(folder / "model.safetensors"))
+        state = {"global_step": step, "log_history": [{"eval_accuracy": accuracy, "step": step}]}
+        (folder / "trainer_state.json").write_text(json.dumps(state))
+    weights = cut / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    (trial / "result.json").write_text("")
+    stopped = SimpleNamespace(best_checkpoints=[], path=str(trial), metrics={}, config={"model": "m"})
+    best = pick_best([stopped], "eval_accuracy", "max")
+    assert (best.step, best.checkpoint_dir) == (120, whole)
+    assert weights_whole(whole) and not weights_whole(cut)
