@@ -29,7 +29,8 @@ TIME_LIMIT_HELP = ("The whole command's wall time, e.g. 600s, 10m, 1.5h (search.
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """A user's mistake ends in one clear paragraph and exit code 2, never a traceback."""
+    """A user's mistake, or a disk that filled up (search/disk.py), ends in one clear paragraph and exit code 2,
+    never a traceback."""
     from finesweep.spaces import SweepFileError
 
     user_error_types: tuple[type[BaseException], ...] = (SweepFileError,)
@@ -43,6 +44,13 @@ def user_errors() -> Iterator[None]:
         yield
     except user_error_types as error:
         typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(USER_ERROR_EXIT) from None
+    except Exception as error:
+        from finesweep.search.disk import full_disk, full_disk_paragraph
+
+        if (full := full_disk(error)) is None:
+            raise
+        typer.secho(f"error: {full_disk_paragraph(full)}", fg=typer.colors.RED, err=True)
         raise typer.Exit(USER_ERROR_EXIT) from None
 
 

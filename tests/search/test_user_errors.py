@@ -76,3 +76,46 @@ def test_a_time_limit_without_a_unit_or_beside_a_search_budget_is_refused_before
     (tmp_path / "both.yaml").write_text(SWEEP.format(model="model") + "search: {time_limit: 10m, time_budget_minutes: 5}\n")
     message = _user_error(_cli("run", "both.yaml", cwd=tmp_path))
     assert "search" in message and "set one of them" in message and not (tmp_path / "runs").exists()
+
+
+def test_a_disk_that_fills_up_ends_in_one_paragraph_with_what_is_free_and_the_fix(tmp_path, capsys):
+    """The kernel's own "No space left on device" (a write to /dev/full), one wrapped as Ray hands on a trial's error
+    (as text), and one naming the file it cut: exit code 2, the file or folder, the space free, the fix; anything
+    else goes on as it was."""
+    import errno
+
+    import typer
+
+    from finesweep.search.cli import user_errors
+
+    def ended(raiser) -> str:
+        with pytest.raises(typer.Exit) as exit_:
+            with user_errors():
+                raiser()
+        assert exit_.value.exit_code == 2
+        return capsys.readouterr().err
+
+    def kernel():
+        with open("/dev/full", "w") as full:
+            full.write("x")
+            full.flush()
+
+    def wrapped():
+        try:
+            kernel()
+        except OSError as error:
+            raise RuntimeError(f"ray.exceptions.RayTaskError(OSError): trial failed: {error}") from None
+
+    cut = tmp_path / "trial" / "checkpoint_000001" / "model.safetensors"
+
+    def named():
+        raise RuntimeError("the export failed") from OSError(errno.ENOSPC, "No space left on device", str(cut))
+
+    for message in (ended(kernel), ended(wrapped)):
+        assert message.startswith("error: the disk filled up (No space left on device) under ")
+        assert "GiB free there now" in message and "lower search.keep_checkpoints" in message
+        assert "`finesweep resume`" in message and "Traceback" not in message
+    assert f"writing {cut}: " in ended(named), "the file being written, its folder's disk measured though it is gone"
+    with pytest.raises(ValueError, match="not a disk"):
+        with user_errors():
+            raise ValueError("not a disk")
