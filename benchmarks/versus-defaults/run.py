@@ -48,10 +48,18 @@ import yaml
 
 from finesweep.trainer.data.cleaning import normalise
 
-# The result file's name and the machine facts every benchmark records (benchmarks/naming.py).
-_spec = importlib.util.spec_from_file_location("naming", Path(__file__).resolve().parents[1] / "naming.py")
-naming = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(naming)
+
+
+def _module(name: str):
+    """benchmarks/<name>.py, by its path."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+naming = _module("naming")  # the result file's name and the machine facts every benchmark records
+commands = _module("commands")  # an arm timed over its whole life
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -169,17 +177,9 @@ def check_nothing_dropped(folder: Path, cache: Path) -> dict[str, int]:
 
 
 def timed(command: list[str], log: Path) -> tuple[float, str]:
-    """Wall seconds of a command's whole life, and its stdout; its output goes to `log`, a failure stops the run.
-    Each command gets a machine cache of its own (FINESWEEP_CACHE): a sweep arm probes as a first sweep on this
-    machine does, never reading what an earlier arm measured."""
-    started = time.perf_counter()
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "FINESWEEP_CACHE": str(log.with_suffix(".machine-cache"))}
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environment)
-    seconds = round(time.perf_counter() - started, 1)
-    log.write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        raise SystemExit(f"{log.stem} failed (exit {done.returncode}); see {log}")
-    return seconds, done.stdout
+    """commands.timed with a machine cache of the command's own: a sweep arm probes as a first sweep on this machine
+    does, never reading what an earlier arm measured."""
+    return commands.timed(command, log, log.with_suffix(".machine-cache"))
 
 
 def defaults_arm(name: str, epochs: int, data: Path, work: Path, smoke: bool, seed: int) -> dict[str, Any]:

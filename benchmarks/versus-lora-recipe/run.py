@@ -28,11 +28,8 @@ import argparse
 import importlib.util
 import json
 import math
-import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +51,7 @@ def _module(path: Path):
 
 naming = _module(REPO / "benchmarks" / "naming.py")
 make_data = _module(HERE / "make_data.py")
-
-
-def timed(command: list[str], log: Path, cache: Path) -> tuple[float, str]:
-    """Wall seconds of a command's whole life and its stdout (the output also in `log`); a failure stops the run."""
-    started = time.perf_counter()
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "FINESWEEP_CACHE": str(cache)}
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environment)
-    seconds = round(time.perf_counter() - started, 1)
-    log.write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        raise SystemExit(f"{log.name} failed (exit {done.returncode}); see {log}")
-    return seconds, done.stdout
+timed = _module(REPO / "benchmarks" / "commands.py").timed
 
 
 def sweep_file(data: Path, work: Path, seed: int) -> Path:
