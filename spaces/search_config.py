@@ -26,7 +26,7 @@ TASK_METRICS = {
 }
 # search.metric unset: what the user keeps. A classifier's accuracy, not its validation loss: the loss rises as the
 # model grows confident while its accuracy still climbs, so picking by loss keeps an early checkpoint that a later
-# one beats on accuracy (docs/how-it-works.md, "Why the defaults are what they are").
+# one beats on accuracy (docs/defaults.md).
 # A causal LM's loss (the order of its perplexity).
 TASK_DEFAULT_METRIC = {Task.classification: "eval_accuracy", Task.causal_lm: "eval_loss"}
 
