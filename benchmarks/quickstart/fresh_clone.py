@@ -1,9 +1,9 @@
 """The README's first command on a fresh clone: `bash scripts/setup.sh && .venv/bin/finesweep run sweeps/tweets.yaml`,
 timed from the clone to the command's exit, its console kept. Clones this checkout's HEAD into a temporary folder
-(set-up from the lock, as a newcomer's), runs the command there, and writes beside this script
-quickstart-tweets-<cpu kind>-<date>-<commit>.json (the times, the phases, the test table, the deploy pick, the
-winner and the baseline comparison from the run's summary.json) and the console's lines in a .log of the same name:
-what docs/quickstart.md quotes.
+(set-up from the lock, as a newcomer's), runs the command there, and writes beside this script quickstart-tweets-<cpu
+kind>-<date>-<commit>.json (the times, the disk the set-up and the sweep took, the phases, the test table, the deploy
+pick, the winner and the baseline comparison from the run's summary.json) and the console's lines in a .log of the
+same name: what docs/quickstart.md quotes.
 
     .venv/bin/python benchmarks/quickstart/fresh_clone.py      # about 10 minutes on 2 cores
 """
@@ -29,6 +29,11 @@ RUN = ".venv/bin/finesweep run sweeps/tweets.yaml"
 KEPT = ("phase_seconds", "test_metrics", "deploy", "best", "baseline", "exploitation")
 
 
+def _bytes(folder: Path) -> int:
+    """What `folder` holds on disk, its files' sizes summed."""
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file() and not path.is_symlink())
+
+
 def main() -> None:
     recorded = naming.facts()
     with tempfile.TemporaryDirectory() as folder:
@@ -43,10 +48,11 @@ def main() -> None:
         if console.returncode != 0:
             raise SystemExit(f"{RUN} exited {console.returncode}:\n{console.stdout[-3000:]}{console.stderr[-3000:]}")
         summary = json.loads(next((clone / "runs").rglob("summary.json")).read_text())
+        disk = {"venv_bytes": _bytes(clone / ".venv"), "sweep_folder_bytes": _bytes(clone / "runs")}
     out = naming.result_path(HERE, "quickstart", "tweets", recorded)
     out.write_text(json.dumps({"benchmark": "quickstart", "command": f"{SETUP} && {RUN} (a fresh clone)", **recorded,
                                "setup_and_run_seconds": round(finished - started, 1),
-                               "run_wall_seconds": round(finished - run_started, 1),
+                               "run_wall_seconds": round(finished - run_started, 1), **disk,
                                **{key: summary.get(key) for key in KEPT}}, indent=1) + "\n")
     out.with_suffix(".log").write_text(console.stdout)
     print(f"result: {out} (and its .log); run {finished - run_started:.0f} s, "
