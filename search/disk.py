@@ -29,10 +29,11 @@ def full_disk(error: BaseException) -> OSError | None:
     return None
 
 
-def full_disk_paragraph(error: OSError, where: Path | None = None) -> str:
-    """What the user reads when the disk filled: the file being written, what is free on its disk now, where a
-    sweep's bytes go, and the fix (free space or keep fewer checkpoints, then resume: what was saved is kept)."""
-    written = Path(error.filename) if error.filename else (where or Path.cwd())
+def full_disk_paragraph(error: OSError) -> str:
+    """What the user reads when the disk filled: the file being written (else the working folder), what is free on
+    its disk now, where a sweep's bytes go, and the fix (free space or keep fewer checkpoints, then resume: what was
+    saved is kept)."""
+    written = Path(error.filename) if error.filename else Path.cwd()
     folder = _existing(written)
     free = shutil.disk_usage(folder).free / 2**30
     target = f"writing {written}" if error.filename else f"under {folder}"
