@@ -49,7 +49,6 @@ import yaml
 from finesweep.trainer.data.cleaning import normalise
 
 
-
 def _module(name: str):
     """benchmarks/<name>.py, by its path."""
     spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / f"{name}.py")
