@@ -50,3 +50,19 @@ def _existing(path: Path) -> Path:
         if candidate.is_dir():
             return candidate
     return Path.cwd()
+
+
+def drop_optimizer_states(folder: Path) -> int:
+    """Delete the Trainer's optimizer, scheduler and gradient-scaler state from every checkpoint under `folder` (the
+    sweep's Tune storage), once nothing of the sweep trains any more: what training on from a checkpoint needs, and
+    for a full fine-tune twice the weights (AdamW's two moments). The weights, the Trainer's state (its evaluations)
+    and the row scores stay, so every checkpoint still loads, competes and exports. Returns the bytes freed."""
+    from transformers.trainer import OPTIMIZER_NAME, OPTIMIZER_NAME_BIN, SCALER_NAME, SCHEDULER_NAME
+
+    freed = 0
+    for name in (OPTIMIZER_NAME, OPTIMIZER_NAME_BIN, SCHEDULER_NAME, SCALER_NAME):
+        for state in Path(folder).rglob(name):
+            if state.is_file() and any(part.startswith("checkpoint") for part in state.relative_to(folder).parts):
+                freed += state.stat().st_size
+                state.unlink()
+    return freed

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from finesweep.search.disk import drop_optimizer_states
 from finesweep.search.inputs import PreparedSweep, SweepFolder, prepare_data, sweep_folder
 from finesweep.search.measure import Measured, measure_inputs, plan_trials
 from finesweep.search.outputs.console import Console
@@ -314,13 +315,26 @@ def _finish(session: Session, best, baseline=None) -> dict[str, Any]:
     registered = record_export(session.config, tracker, session.experiment_id, parent, exported, best, console)
     export_calibration.learn(session.plan, exported.seconds, exported.not_made)  # the next plan's estimate
     session.clock.lap("export")
+    freed = _free_optimizer_states(session)
     return {"best": best.as_dict(), "export_dir": str(exported.folder), "test_metrics": exported.metrics,
             "deploy": exported.deploy, "warnings": exported.warnings, "registered": registered,
             "export_complete": not exported.not_made, "export_not_made": exported.not_made,
             "baseline": exported.baseline or None, "baseline_trial": baseline.as_dict() if baseline else None,
             "edge_warnings": edges, "exploitation": session.exploitation, "comparison": session.comparison,
             "configurations": session.configurations,
-            "export_steps": _against_plan(exported.seconds, session.plan)}
+            "export_steps": _against_plan(exported.seconds, session.plan), "optimizer_state_bytes_freed": freed}
+
+
+def _free_optimizer_states(session: Session) -> int:
+    """After the export nothing of the sweep trains any more: the checkpoints' optimizer state goes unless
+    search.keep_optimizer_state keeps it (search/disk.py), and the console says how much that freed."""
+    if session.config.search.keep_optimizer_state:
+        return 0
+    freed = drop_optimizer_states(session.folder.tune)
+    if freed:
+        session.console.step(f"Freed {freed / 2**30:.2f} GiB: the checkpoints' optimizer state, which only training "
+                             "on from them would read (search.keep_optimizer_state: true keeps it)")
+    return freed
 
 
 def _against_plan(seconds: dict[str, float], plan: SearchPlan) -> dict[str, dict[str, float | None]]:

@@ -177,6 +177,10 @@ class SearchConfig(Section):
         "budget: evaluation periods of equal seconds; a step budget: shorter trials; num_trials capped at the trials "
         "that can start). false: max_steps and num_trials as written."))
     keep_checkpoints: int = Field(2, ge=1, description="Best checkpoints each trial keeps on disk.")
+    keep_optimizer_state: bool = Field(False, description=(
+        "After the export, the checkpoints keep their optimizer and scheduler state (what training on from one "
+        "needs). false: dropped once nothing of the sweep trains any more, the weights kept: a full fine-tune's "
+        "checkpoint shrinks to about a third, and every checkpoint still loads and exports."))
     baseline: Literal["auto", "off"] | BaselineRecipe = Field("auto", description=(
         "The recipe a user would run without finesweep, trained as the sweep's first trial and reported beside the "
         "winner. auto = Trainer defaults (full: lr 5e-5, batch 8, fp32; lora/qlora: lr 2e-4, r 8, alpha 16); a "

@@ -83,6 +83,19 @@ def test_trials_leave_no_checkpoint_in_rays_session_folder(finished_sweep):
     assert list((sweep_dir / "tune" / experiment).glob("trial-*/checkpoint_*")), "Tune's copies are kept"
 
 
+def test_after_the_export_the_checkpoints_keep_their_weights_and_lose_their_optimizer_state(finished_sweep):
+    """Nothing trains after the export: every checkpoint Tune kept keeps its weights and evaluations (the export
+    command exports again from them: test_export_command_exports_a_finished_sweep_again) but not the Trainer's
+    optimizer and scheduler state, and the console and the summary say how much that freed."""
+    _, sweep_dir, result = finished_sweep
+    checkpoints = list((sweep_dir / "tune").glob("*/*/checkpoint_*"))
+    assert checkpoints
+    assert all((c / "model.safetensors").is_file() and (c / "trainer_state.json").is_file() for c in checkpoints)
+    assert not [str(p) for name in ("optimizer.pt", "scheduler.pt") for p in (sweep_dir / "tune").rglob(name)]
+    freed = json.loads((sweep_dir / "summary.json").read_text())["optimizer_state_bytes_freed"]
+    assert freed > 0 and "the checkpoints' optimizer state" in " ".join(result.stdout.split())
+
+
 def test_registering_the_export_prints_no_card_warning_and_no_registry_chatter(finished_sweep):
     """MLflow parses the model card when it logs each variant: the card's metadata block leaves it nothing to warn.
     Its own lines for each registration ("Successfully registered model", "Created version") go to the log."""
