@@ -1,7 +1,8 @@
-"""The disk a sweep writes to: what the user is told when it fills. Each trial's checkpoints (the weights and, for a
-full fine-tune, the optimizer's state: about three times the weights) and the export's variants are where a sweep's
-bytes go; a full disk cuts a file mid-write, wherever the write happened (a trial inside Ray, the export, a
-library's log), so the error is recognised in whatever wraps it."""
+"""The disk a sweep writes to. Each trial's checkpoints (the weights and, for a full fine-tune, the optimizer's
+state: about three times the weights) and the export's variants are where a sweep's bytes go. What the user is told
+when the disk fills: a full disk cuts a file mid-write wherever the write happened (a trial inside Ray, the export, a
+library's log), so the error is recognised in whatever wraps it. What a finished sweep drops: the optimizer state,
+once nothing trains from its checkpoints any more."""
 
 from __future__ import annotations
 
