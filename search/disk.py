@@ -60,10 +60,11 @@ def drop_optimizer_states(folder: Path) -> int:
     and the row scores stay, so every checkpoint still loads, competes and exports. Returns the bytes freed."""
     from transformers.trainer import OPTIMIZER_NAME, OPTIMIZER_NAME_BIN, SCALER_NAME, SCHEDULER_NAME
 
+    names = {OPTIMIZER_NAME, OPTIMIZER_NAME_BIN, SCHEDULER_NAME, SCALER_NAME}
     freed = 0
-    for name in (OPTIMIZER_NAME, OPTIMIZER_NAME_BIN, SCHEDULER_NAME, SCALER_NAME):
-        for state in Path(folder).rglob(name):
-            if state.is_file() and any(part.startswith("checkpoint") for part in state.relative_to(folder).parts):
-                freed += state.stat().st_size
-                state.unlink()
+    for state in Path(folder).rglob("*"):
+        if state.name in names and state.is_file() and \
+                any(part.startswith("checkpoint") for part in state.relative_to(folder).parts):
+            freed += state.stat().st_size
+            state.unlink()
     return freed

@@ -187,7 +187,7 @@ def persisted_checkpoints(result) -> list[tuple[Any, dict[str, Any]]]:
 
 def weights_whole(folder: Path) -> bool:
     """Whether every safetensors file in a checkpoint folder holds all the bytes its header names. A checkpoint
-    found in storage but never registered may have been cut mid-copy when its trial was stopped: its
+    found in storage but never registered may have been cut mid-copy (its trial stopped, or the disk full): its
     trainer_state.json is whole and its weights are not, and the export would fail on them."""
     from safetensors import SafetensorError, safe_open
 
